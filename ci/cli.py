@@ -1,0 +1,49 @@
+"""``solci``: the one command-line entry point. Each module in COMMAND_MODULES adds its subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module defines ``register(subparsers) -> None``; a subcommand sets ``func(args) -> int``.
+COMMAND_MODULES = (
+    "kernel.bench",  # solci bench
+    "ci.measure",  # solci measure
+    "ci.commands",  # solci run / watch / hooks / history / flags / sql / records / worker
+    "dashboard.commands",  # solci dashboard / solci up (the main job)
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="solci",
+        description="Regression CI for the fused attention-output-projection backward kernel.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # not written yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

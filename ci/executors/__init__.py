@@ -1,0 +1,149 @@
+"""Executors: build a commit's code somewhere isolated, run ``solci measure`` on it, return the result.
+
+- ``local``: a ``git worktree`` of the commit and a subprocess of this Python with the worktree first on
+  ``PYTHONPATH`` (the commit's code, this environment's dependencies);
+- ``docker``: an image built from ``git archive`` of the commit (its own Dockerfile, dependencies from a
+  prebuilt base image), the measurement run inside with the network off and the GPU passed through.
+
+``choose_executor("auto")`` takes Docker when an engine answers and the base image is there, else local.
+``$SOLCI_EXECUTOR`` sets the default choice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ci.result import SchemaError, validate
+
+EXECUTOR_ENV = "SOLCI_EXECUTOR"
+EXECUTOR_KINDS = ("auto", "docker", "local")
+LOG_LIMIT = 64_000  # characters of a log kept with a job (head and tail)
+
+# What an execution ended with. "ok": a valid result document came back (it may still say incorrect).
+EXEC_STATUSES = ("ok", "build_failed", "crashed", "timed_out", "error")
+
+
+@dataclass
+class MeasureOptions:
+    """Options passed through to ``solci measure`` (None: measure's default), and the whole-run limit."""
+
+    cases: str | None = None
+    rounds: int | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    case_timeout: float | None = None
+    impl: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 3600.0  # seconds for one whole measurement (build excluded)
+
+    def cli_args(self) -> list[str]:
+        args: list[str] = []
+        for flag, value in (
+            ("--cases", self.cases), ("--rounds", self.rounds), ("--warmup", self.warmup),
+            ("--iters", self.iters), ("--case-timeout", self.case_timeout), ("--impl", self.impl),
+        ):  # fmt: skip
+            if value is not None:
+                args += [flag, str(value)]
+        return [*args, *self.extra_args]
+
+
+@dataclass
+class Execution:
+    """What an executor brings back: a status, the validated result (status ok only) and the log."""
+
+    status: str
+    doc: dict | None
+    log: str
+    wall_s: float = 0.0
+    exit_code: int | None = None
+    executor: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in EXEC_STATUSES:
+            raise ValueError(f"execution status {self.status!r} not in {EXEC_STATUSES}")
+
+
+class Executor(Protocol):
+    name: str
+
+    def execute(
+        self, source: Path, commit: str, *, branch: str | None, repo: str, options: MeasureOptions
+    ) -> Execution:
+        """Measure ``commit`` of the local repository ``source``; ``repo``/``branch`` label the result."""
+        ...
+
+    def cleanup_stale(self) -> list[str]:
+        """Remove what a killed earlier run of this worker left behind; return what was removed."""
+        ...
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The requested executor cannot run here (e.g. no Docker engine answers); the message says why."""
+
+
+def measure_command(out: str, commit: str, branch: str | None, repo: str, options: MeasureOptions) -> list[str]:
+    """The ``solci measure`` arguments (after ``python -m ci.cli``)."""
+    cmd = ["measure", "--out", out, "--commit", commit, "--repo", repo]
+    if branch:
+        cmd += ["--branch", branch]
+    return cmd + options.cli_args()
+
+
+def gpu_index(gpu: str) -> str | None:
+    """'gpu3' -> '3' (the CUDA device a worker for that slot uses); None for labels without a number."""
+    m = re.fullmatch(r"(?:gpu|cuda:?)?(\d+)", gpu.strip().lower())
+    return m.group(1) if m else None
+
+
+def clip_log(text: str, limit: int = LOG_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit // 8
+    return f"{text[:head]}\n... [{len(text) - limit} characters left out] ...\n{text[-(limit - head) :]}"
+
+
+def read_result(text: str | bytes, where: str) -> tuple[dict | None, str]:
+    """Parse and validate a result document; (doc, "") or (None, why)."""
+    try:
+        return validate(json.loads(text)), ""
+    except json.JSONDecodeError as exc:
+        return None, f"{where}: not valid JSON ({exc})"
+    except SchemaError as exc:
+        return None, f"{where}: not a valid result document ({exc})"
+
+
+def default_kind() -> str:
+    kind = os.environ.get(EXECUTOR_ENV, "auto").strip().lower() or "auto"
+    if kind not in EXECUTOR_KINDS:
+        raise ExecutorUnavailable(f"${EXECUTOR_ENV}={kind!r}: expected one of {', '.join(EXECUTOR_KINDS)}")
+    return kind
+
+
+def choose_executor(kind: str | None = None, *, gpu: str = "gpu0", **options: object) -> Executor:
+    """The executor for ``kind`` (auto / docker / local; None: ``$SOLCI_EXECUTOR`` or auto).
+
+    auto: docker when an engine answers and the base image exists (or can be built from the commit's
+    Dockerfile alone), otherwise local. ``options`` go to the executor's constructor (unknown ones ignored).
+    """
+    from ci.executors.docker import DockerExecutor
+    from ci.executors.local import LocalExecutor
+
+    kind = (kind or default_kind()).lower()
+    if kind not in EXECUTOR_KINDS:
+        raise ExecutorUnavailable(f"executor {kind!r}: expected one of {', '.join(EXECUTOR_KINDS)}")
+    if kind == "local":
+        return LocalExecutor.from_options(gpu=gpu, **options)
+    if kind == "docker":
+        why = DockerExecutor.unavailable_reason(**options)
+        if why:
+            raise ExecutorUnavailable(f"docker executor: {why}")
+        return DockerExecutor.from_options(gpu=gpu, **options)
+    if DockerExecutor.unavailable_reason(**options) is None:
+        return DockerExecutor.from_options(gpu=gpu, **options)
+    return LocalExecutor.from_options(gpu=gpu, **options)

@@ -1,0 +1,521 @@
+"""``solci measure``: correctness and latency of the kernel and its baselines, one result document per run.
+
+Cases run one at a time in a worker subprocess (``ci.worker``); a case that crashes the worker or outlives
+``--case-timeout`` is recorded (error / timeout) and a fresh worker takes the remaining cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ci.result import SCHEMA_VERSION, validate
+from ci.timing import GPU_TIMERS, Protocol, make_protocols
+from kernel.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
+
+DEFAULT_IMPL = "kernel:attn_output_proj_backward"
+GPU_CASE_TIMEOUT_S = 120.0
+CPU_CASE_TIMEOUT_S = 300.0
+WORKER_START_TIMEOUT_S = 300.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def case_token(text: str) -> list[Case | str]:
+    """One --cases token: "all", "smoke", or cases "B,S" (several may be separated by ';' or spaces)."""
+    out: list[Case | str] = []
+    for part in text.replace(";", " ").split():
+        low = part.lower()
+        if low in ("all", "smoke"):
+            out.append(low)
+            continue
+        try:
+            out.append(Case.parse(part))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}; or use 'all' or 'smoke'") from None
+    if not out:
+        raise argparse.ArgumentTypeError("empty case list")
+    return out
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def _impl_spec(text: str) -> str:
+    mod, sep, fn = text.rpartition(":")
+    if not sep or not mod or not fn:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODULE:FUNCTION (or path/to/file.py:FUNCTION)")
+    return text
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "measure",
+        help="check correctness and time the kernel and its baselines; write a result document",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--cases", nargs="+", type=case_token, metavar="CASES",
+                   help="'all' (the 16 workload cases), 'smoke', or cases 'B,S' (e.g. 1,256 4,128); "
+                        "default: all on a GPU, smoke without one")
+    p.add_argument("--out", help="write the result document here (default: print it to stdout)")
+    p.add_argument("--impl", type=_impl_spec, default=DEFAULT_IMPL,
+                   help=f"the kernel, MODULE:FUNCTION or FILE.py:FUNCTION (default {DEFAULT_IMPL})")
+    p.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto",
+                   help="auto: the GPU when torch sees one, else Triton's interpreter on the CPU")
+    p.add_argument("--force", action="store_true", help="allow --cases all under the interpreter (hours)")
+    p.add_argument("--rounds", type=_positive_int, help="correctness rounds (changes the protocol hash)")
+    p.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations (changes the protocol hash)")
+    p.add_argument("--iters", type=_positive_int, help="timed iterations (changes the protocol hash)")
+    p.add_argument("--timer", choices=GPU_TIMERS, default="cuda_events",
+                   help="the primary GPU timer, the one medians and scores use (default cuda_events)")
+    p.add_argument("--no-cupti", action="store_true", help="skip the secondary CUPTI timer on the GPU")
+    p.add_argument("--no-baselines", action="store_true", help="do not time eager / cuBLAS (no score)")
+    p.add_argument("--case-timeout", type=_positive_float,
+                   help=f"seconds per case (default {GPU_CASE_TIMEOUT_S:g} GPU, {CPU_CASE_TIMEOUT_S:g} interpreter)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--commit", help="commit measured (default: git rev-parse HEAD of --repo or the cwd)")
+    p.add_argument("--branch", help="branch (default: the current git branch)")
+    p.add_argument("--repo", help="repository (default: the git top-level directory of the cwd)")
+    p.set_defaults(func=run_measure)
+
+
+def resolve_cases(tokens: list[list[Case | str]] | None, mode: str, force: bool) -> list[Case]:
+    """The cases to run, in order, without repeats; ValueError for --cases all under the interpreter."""
+    if tokens is None:
+        return list(CASES if mode == "gpu" else SMOKE_CASES)
+    out: list[Case] = []
+    for item in (x for tok in tokens for x in tok):
+        if item == "all":
+            if mode != "gpu" and not force:
+                raise ValueError("--cases all without a GPU runs the 16 full-size cases under Triton's "
+                                 "interpreter (hours); use --cases smoke or B,S, or add --force")
+            out.extend(CASES)
+        elif item == "smoke":
+            out.extend(SMOKE_CASES)
+        else:
+            out.append(item)  # type: ignore[arg-type]
+    seen: set[Case] = set()
+    return [c for c in out if not (c in seen or seen.add(c))]
+
+
+# ------------------------------------------------------------------------------------------------ scores
+def case_score(status: str, median_us: float | None, t_sol: float | None, eager_us: float | None) -> float | None:
+    """sol_score against the same run's eager median; a case that did not pass scores 0 where T_SOL exists."""
+    if t_sol is None:
+        return None
+    if status != "pass":
+        return 0.0
+    return sol_score(median_us, t_sol, eager_us)
+
+
+def _complete_geomean(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return geomean([float(v) for v in values if v is not None])
+
+
+def suite_summary(cases: list[dict], primary: str) -> dict[str, Any]:
+    """Suite figures. Geometric means only over complete sets (every case has the figure); the kernel's only
+    when every case passed. The ratios are geomean(kernel) / geomean(baseline) over the same cases."""
+    n = len(cases)
+    n_pass = sum(c["status"] == "pass" for c in cases)
+    if n and n_pass == n:
+        status = "pass"
+    elif any(c["status"] in ("error", "timeout") for c in cases):
+        status = "error"
+    else:
+        status = "incorrect"
+    all_pass = n > 0 and n_pass == n
+    g_kernel = _complete_geomean([c["median_us"] for c in cases]) if all_pass else None
+    g_eager = _complete_geomean([c["eager_us"] for c in cases])
+    g_cublas = _complete_geomean([c["cublas_us"] for c in cases])
+    scores = [c["score"] for c in cases]
+    by_protocol: dict[str, dict[str, float | None]] = {}
+    for h in dict.fromkeys(t["protocol"] for c in cases for t in c["timings"]):
+        by_protocol[h] = {
+            impl: (_complete_geomean([_median(c, impl, h) for c in cases])
+                   if impl != "kernel" or all_pass else None)
+            for impl in ("kernel", "eager", "cublas")
+        }
+    return {
+        "n_cases": n, "n_pass": n_pass, "status": status,
+        "geomean_us": g_kernel, "geomean_eager_us": g_eager, "geomean_cublas_us": g_cublas,
+        "score": statistics.fmean(scores) if scores and all(s is not None for s in scores) else None,
+        "ratio_vs_cublas": g_kernel / g_cublas if g_kernel and g_cublas else None,
+        "ratio_vs_eager": g_kernel / g_eager if g_kernel and g_eager else None,
+        "geomean_t_sol_us": _complete_geomean([c["t_sol_us"] for c in cases]),
+        "geomeans_by_protocol": by_protocol,
+        "primary_protocol": primary,
+    }
+
+
+def _median(case: dict, impl: str, protocol: str) -> float | None:
+    for t in case["timings"]:
+        if t["impl"] == impl and t["protocol"] == protocol:
+            return t["median_us"]
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ the worker
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerHandle:
+    """One ``python -m ci.worker`` subprocess: JSON lines on stdin/stdout, stderr to a temporary file."""
+
+    def __init__(self, mode: str) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        if mode == "cpu-interpreter":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        self.err = tempfile.TemporaryFile(mode="w+b")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ci.worker", "--mode", mode],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, env=env,
+            text=True, bufsize=1, start_new_session=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, msg: dict) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied(f"worker stdin closed: {exc}") from None
+
+    def recv(self, deadline: float) -> dict:
+        """The next message; TimeoutError past the deadline, WorkerDied at end of output."""
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError from None
+            if line is None:
+                raise WorkerDied(self.describe_exit())
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not a message
+
+    def describe_exit(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            try:
+                what = f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                what = f"killed by signal {-rc}"
+        else:
+            what = f"exit code {rc}"
+        return f"worker died ({what})"
+
+    def stderr_tail(self, n: int = 3000) -> str:
+        try:
+            self.err.flush()
+            size = self.err.seek(0, os.SEEK_END)
+            self.err.seek(max(0, size - n))
+            return self.err.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and any compiler it started
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"type": "exit"})
+                self.proc.wait(timeout=30)
+            except (WorkerDied, subprocess.TimeoutExpired):
+                self.kill()
+        self.err.close()
+
+
+class WorkerPool:
+    """Keeps one worker alive across cases; replaces it after a crash, a timeout or a fatal error."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.worker: WorkerHandle | None = None
+        self.hello: dict | None = None
+        self.starts = 0
+
+    def start(self) -> dict:
+        """Start a worker and wait for its hello; RuntimeError with the reason when it does not come up."""
+        self.stop()
+        w = WorkerHandle(self.mode)
+        self.starts += 1
+        try:
+            msg = w.recv(time.monotonic() + WORKER_START_TIMEOUT_S)
+        except TimeoutError:
+            w.kill()
+            tail = w.stderr_tail()
+            w.close()
+            raise RuntimeError(f"worker did not start within {WORKER_START_TIMEOUT_S:g} s\n{tail}") from None
+        except WorkerDied as exc:
+            tail = w.stderr_tail()
+            w.close()
+            raise RuntimeError(f"{exc} while starting\n{tail}") from None
+        if msg.get("type") != "hello" or msg.get("error"):
+            w.kill()
+            w.close()
+            raise RuntimeError(f"worker failed to start: {msg.get('error') or msg}")
+        self.worker, self.hello = w, msg
+        if self.mode == "auto":
+            self.mode = msg["mode"]  # later workers start in the mode the first one found
+        return msg
+
+    def stop(self, kill: bool = False) -> None:
+        if self.worker is not None:
+            if kill:
+                self.worker.kill()
+            self.worker.close()
+            self.worker = None
+
+    def run_case(self, request: dict, timeout_s: float) -> tuple[dict, str | None]:
+        """Run one case; returns (the worker's result fields, None) or (an error/timeout stub, its status)."""
+        if self.worker is None or self.worker.proc.poll() is not None:
+            try:
+                self.start()
+            except RuntimeError as exc:
+                return _stub("error", str(exc)), "error"
+        w = self.worker
+        assert w is not None
+        phase = "sending the case"
+        deadline = time.monotonic() + timeout_s
+        try:
+            w.send(request)
+            while True:
+                msg = w.recv(deadline)
+                if msg.get("type") == "phase":
+                    phase = msg.get("phase", phase)
+                elif msg.get("type") == "result":
+                    if msg.get("fatal"):  # the worker exits by itself; a fresh one takes the next case
+                        self.stop()
+                    return msg["result"], None
+        except TimeoutError:
+            w.kill()
+            tail = w.stderr_tail()
+            self.worker = None
+            w.close()
+            return _stub("timeout", f"timed out after {timeout_s:g} s during {phase}\n{_tail(tail)}"), "timeout"
+        except WorkerDied as exc:
+            tail = w.stderr_tail()
+            self.worker = None
+            w.close()
+            return _stub("error", f"{exc} during {phase}\nstderr tail:\n{_tail(tail)}"), "error"
+
+
+def _tail(text: str, n: int = 2000) -> str:
+    return text[-n:]
+
+
+def _stub(status: str, error: str) -> dict:
+    return {"status": status, "error": error, "correctness": None, "timings": [], "config": None,
+            "telemetry": None, "warnings": []}
+
+
+# ------------------------------------------------------------------------------------------------ git, time
+def _git(args: list[str], cwd: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def git_info(cwd: str) -> tuple[str | None, str | None, str | None]:
+    """(commit, branch, repo top-level) of the repository at cwd; None where unknown."""
+    top = _git(["rev-parse", "--show-toplevel"], cwd)
+    if top is None:
+        return None, None, None
+    commit = _git(["rev-parse", "--verify", "-q", "HEAD"], cwd)
+    branch = _git(["symbolic-ref", "--short", "-q", "HEAD"], cwd)
+    return commit, branch, top
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def assemble_case(case: Case, fields: dict, protocols: list[Protocol], gpu_model: str | None,
+                  mode: str, wall_s: float) -> dict:
+    """A ``cases[]`` object from the worker's fields plus the figures derived here."""
+    primary = protocols[0].hash
+    rec: dict[str, Any] = {"case": case.name, "batch_size": case.batch_size, "seq_len": case.seq_len,
+                           "m": case.m, "status": fields["status"], "error": fields.get("error")}
+    rec["correctness"] = fields.get("correctness")
+    rec["timings"] = fields.get("timings", [])
+    rec["median_us"] = _median(rec, "kernel", primary) if rec["status"] == "pass" else None
+    rec["eager_us"] = _median(rec, "eager", primary)
+    rec["cublas_us"] = _median(rec, "cublas", primary)
+    rec["t_sol_us"] = t_sol_us(case.m, gpu_model) if mode == "gpu" else None
+    rec["score"] = case_score(rec["status"], rec["median_us"], rec["t_sol_us"], rec["eager_us"])
+    rec["config"] = fields.get("config")
+    rec["telemetry"] = fields.get("telemetry")
+    rec["wall_s"] = round(wall_s, 3)
+    if fields.get("warnings"):
+        rec["warnings"] = fields["warnings"]
+    return rec
+
+
+def _fmt(v: float | None, unit: str = " us") -> str:
+    return "-" if v is None else f"{v:.1f}{unit}"
+
+
+def case_line(rec: dict, protocols: list[Protocol]) -> str:
+    parts = [f"{rec['case']:>11}", f"{rec['status']:<9}", f"kernel {_fmt(rec['median_us'])}",
+             f"eager {_fmt(rec['eager_us'])}", f"cublas {_fmt(rec['cublas_us'])}"]
+    for p in protocols[1:]:
+        parts.append(f"{p.timer} {_fmt(_median(rec, 'kernel', p.hash))}")
+    if rec["score"] is not None:
+        parts.append(f"score {rec['score']:.3f}")
+    parts.append(f"({rec['wall_s']:.1f} s)")
+    line = "  ".join(parts)
+    if rec["status"] != "pass" and rec.get("error"):
+        line += "\n" + " " * 13 + rec["error"].strip().splitlines()[0][:300]
+    return line
+
+
+def run_measure(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    started, t0 = _now(), time.monotonic()
+    if args.mode != "auto":  # usage errors before a worker starts, where the mode is known
+        try:
+            resolve_cases(args.cases, args.mode, args.force)
+        except ValueError as exc:
+            print(f"solci measure: {exc}", file=sys.stderr)
+            return 2
+    pool = WorkerPool(args.mode)
+    try:
+        hello = pool.start()
+    except RuntimeError as exc:
+        print(f"solci measure: {exc}", file=sys.stderr)
+        return 2 if args.mode == "gpu" else 1
+    try:
+        mode = hello["mode"]
+        try:
+            cases = resolve_cases(args.cases, mode, args.force)
+        except ValueError as exc:
+            print(f"solci measure: {exc}", file=sys.stderr)
+            pool.stop()
+            return 2
+        protocols = make_protocols(mode, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
+                                   cupti=not args.no_cupti, primary=args.timer)
+        hardware = hello["hardware"]
+        timeout = args.case_timeout or (GPU_CASE_TIMEOUT_S if mode == "gpu" else CPU_CASE_TIMEOUT_S)
+        records: list[dict] = []
+        bar = tqdm(total=len(cases), desc="measure", unit="case", file=sys.stderr, disable=None)
+        print(f"solci measure: {len(cases)} cases on {hardware['label']} ({mode}), impl {args.impl}, "
+              f"protocol {protocols[0].name} [{protocols[0].hash}]", file=sys.stderr)
+        for case in cases:
+            bar.set_postfix_str(case.name)
+            request = {"type": "case", "batch_size": case.batch_size, "seq_len": case.seq_len,
+                       "impl": args.impl, "protocols": [p.definition() for p in protocols],
+                       "seed": args.seed, "baselines": not args.no_baselines}
+            tc = time.monotonic()
+            fields, _ = pool.run_case(request, timeout)
+            rec = assemble_case(case, fields, protocols, hardware.get("gpu_model"), mode, time.monotonic() - tc)
+            records.append(rec)
+            tqdm.write(case_line(rec, protocols), file=sys.stderr)
+            bar.update(1)
+        bar.close()
+    except BaseException:  # interrupted: do not wait for a busy worker
+        pool.stop(kill=True)
+        raise
+    pool.stop()
+
+    commit, branch, repo = git_info(args.repo if args.repo and os.path.isdir(args.repo) else os.getcwd())
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
+        "commit": args.commit or commit,
+        "branch": args.branch or branch,
+        "repo": args.repo or repo,
+        "started_at": started,
+        "finished_at": _now(),
+        "wall_s": round(time.monotonic() - t0, 3),
+        "mode": mode,
+        "hardware": hardware,
+        "protocol": protocols[0].hash,
+        "protocols": [p.entry(hello.get("l2_bytes")) for p in protocols],
+        "cases": records,
+        "suite": suite_summary(records, protocols[0].hash),
+        "impl": args.impl,
+        "worker_starts": pool.starts,
+    }
+    validate(doc)
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    s = doc["suite"]
+    score = "-" if s["score"] is None else f"{s['score']:.3f}"
+    print(f"solci measure: {s['n_pass']}/{s['n_cases']} pass; geomean {_fmt(s['geomean_us'])} "
+          f"(eager {_fmt(s['geomean_eager_us'])}, cublas {_fmt(s['geomean_cublas_us'])}); "
+          f"score {score}; {doc['wall_s']:.1f} s" + (f"; written to {args.out}" if args.out else ""),
+          file=sys.stderr)
+    return 0 if s["status"] == "pass" else 1

@@ -1,0 +1,253 @@
+"""Benchmark of the fused kernel against PyTorch eager and the two cuBLAS matmuls, on a GPU.
+
+``solci bench`` (or ``python -m kernel.bench``): per case, the kernel, eager (two matmuls + transpose copy),
+the two cuBLAS matmuls alone, T_SOL for the detected GPU and the SOL score (T_b = eager of the same run),
+with geometric means. Timing: the protocols of ``solci measure`` (ci.timing):
+fresh input copies and zeroed outputs per iteration, a cold L2, warm-up then the median of the timed runs, under
+both the CUPTI span (the benchmark's own rule) and CUDA events (with the host let run ahead).
+``--sweep`` times candidate configurations per M bucket and prints the fastest (used to fill kernel/configs.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+
+from ci.timing import Protocol, Timer, make_protocols
+from kernel.attn_output_proj_backward import attn_output_proj_backward, kernel_config
+from kernel.configs import M_BUCKETS, KernelConfig, bucket_for
+from kernel.correctness import check_output
+from kernel.reference import (
+    attn_output_proj_backward_eager,
+    attn_output_proj_backward_ref,
+    make_inputs,
+    two_matmuls,
+)
+from kernel.workload import (
+    CASES,
+    TIMED_ITERS,
+    WARMUP_ITERS,
+    Case,
+    geomean,
+    gpu_model,
+    sol_score,
+    t_sol_us,
+)
+
+Impl = Callable[..., object]
+
+
+def _timer_and_protocols(device: torch.device, warmup: int, iters: int) -> tuple[Timer, list[Protocol]]:
+    """The measurement protocols of ``solci measure`` (ci.timing): CUDA events and the CUPTI span."""
+    props = torch.cuda.get_device_properties(device)
+    timer = Timer(device, l2_bytes=props.L2_cache_size)
+    return timer, make_protocols("gpu", rounds=1, warmup=warmup, iters=iters)
+
+
+def time_impl(timer: Timer, protocol: Protocol, fn: Impl, case: Case, with_out: bool) -> float:
+    """Median microseconds of ``fn`` on fresh input copies (and zeroed outputs) per iteration, cold L2."""
+    device = timer.device
+    go, x, w = make_inputs(case.batch_size, case.seq_len, device)
+
+    def make_set() -> tuple[tuple, dict]:
+        kwargs = {}
+        if with_out:
+            kwargs["out"] = (torch.zeros(case.batch_size, 32, case.seq_len, 64, dtype=go.dtype, device=device),
+                             torch.zeros(2048, 2048, dtype=go.dtype, device=device))
+        return (go.clone(), x.clone(), w.clone()), kwargs
+
+    return statistics.median(timer.run(protocol, fn, make_set).samples_us)
+
+
+def check_case(case: Case, device: torch.device, config: KernelConfig | None = None) -> tuple[bool, str]:
+    """One round of the benchmark's correctness rule with NaN-poisoned outputs; (ok, summary)."""
+    go, x, w = make_inputs(case.batch_size, case.seq_len, device)
+    ga = torch.full((case.batch_size, 32, case.seq_len, 64), float("nan"), dtype=go.dtype, device=device)
+    gw = torch.full((2048, 2048), float("nan"), dtype=go.dtype, device=device)
+    attn_output_proj_backward(go, x, w, out=(ga, gw), config=config)
+    rga, rgw = attn_output_proj_backward_ref(go, x, w)
+    c1, c2 = check_output(ga, rga, case.m), check_output(gw, rgw, case.m)
+    summary = (f"ga {c1.match_fraction:.4f}/{c1.max_abs_err:.2e} "
+               f"gw {c2.match_fraction:.4f}/{c2.max_abs_err:.2e}")
+    return c1.ok and c2.ok, summary
+
+
+def bench_cases(
+    cases: Sequence[Case], warmup: int, iters: int, configs: dict[int, KernelConfig] | None = None
+) -> list[dict]:
+    device = torch.device("cuda")
+    model = gpu_model(torch.cuda.get_device_name(device))
+    timer, protocols = _timer_and_protocols(device, warmup, iters)
+    rows = []
+    for case in cases:
+        cfg = (configs or {}).get(bucket_for(case.m))
+        kern = functools.partial(attn_output_proj_backward, config=cfg)
+        impls = (("kernel", kern, True), ("eager", attn_output_proj_backward_eager, False),
+                 ("cublas", two_matmuls, False))
+        ok, summary = check_case(case, device, cfg)
+        row: dict = {"case": case.name, "m": case.m, "correct": ok, "check": summary}
+        for protocol in protocols:
+            for name, fn, with_out in impls:
+                row[f"{name}_{protocol.timer}_us"] = time_impl(timer, protocol, fn, case, with_out)
+        k, e = row["kernel_cupti_us"], row["eager_cupti_us"]
+        tsol = t_sol_us(case.m, model)
+        row.update(t_sol_us=tsol, score=sol_score(k, tsol, e) if ok else 0.0,
+                   config=(cfg or kernel_config(case.m, device)).as_dict())
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], gpu: str) -> None:
+    print(f"\nGPU: {gpu}. Medians (us), L2 flushed, fresh inputs per iteration (ci.timing protocols).")
+    print("CUPTI = first-kernel-start to last-kernel-end span (the benchmark's rule); "
+          "events = CUDA events, host ahead.")
+    hdr = (f"{'case':<10}{'M':>6}{'ok':>3} | {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6}{'k/eag':>6} |"
+           f" {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6} | {'T_SOL':>6}{'score':>6}")
+    print(f"{'':<19} | {'CUPTI span':^33} | {'CUDA events':^27} |")
+    print(hdr)
+
+    def line(label: str, m: str, ok: str, v: dict) -> str:
+        kc, ec, cc = v["kernel_cupti_us"], v["eager_cupti_us"], v["cublas_cupti_us"]
+        ke, ee, ce = v["kernel_cuda_events_us"], v["eager_cuda_events_us"], v["cublas_cuda_events_us"]
+        tsol = f"{v['t_sol_us']:.1f}" if v.get("t_sol_us") else "-"
+        score = f"{v['score']:.3f}" if v.get("score") is not None else "-"
+        return (f"{label:<10}{m:>6}{ok:>3} | {kc:>7.1f}{ec:>7.1f}{cc:>7.1f}{kc / cc:>6.2f}{kc / ec:>6.2f} |"
+                f" {ke:>7.1f}{ee:>7.1f}{ce:>7.1f}{ke / ce:>6.2f} | {tsol:>6}{score:>6}")
+
+    for r in rows:
+        print(line(r["case"], str(r["m"]), "y" if r["correct"] else "N", r))
+    keys = [k for k in rows[0] if k.endswith("_us") and k != "t_sol_us"]
+    geo = {k: geomean([r[k] for r in rows]) for k in keys}
+    geo["t_sol_us"] = geomean([r["t_sol_us"] for r in rows]) if all(r["t_sol_us"] for r in rows) else None
+    scores = [r["score"] for r in rows if r["score"] is not None]
+    geo["score"] = sum(scores) / len(scores) if scores else None
+    print(line("geomean", "", "", geo) + "   (score: mean over cases)")
+
+
+def sweep_candidates() -> dict[int, list[KernelConfig]]:
+    """Candidate configurations per M bucket (what --sweep times). Fields: ga_bm, ga_bn, gw_bm, gw_bn, bk, warps,
+    stages; then the keywords."""
+    k = KernelConfig
+    tiny = [k(64, 64, 128, 128, 128, 4, 3), k(64, 64, 128, 128, 128, 4, 3, warp_specialize=True)]
+    small = [k(64, 128, 128, 128, 128, 4, 3), k(64, 128, 128, 128, 128, 4, 3, warp_specialize=True)]
+    mid = [k(128, 128, 128, 128, 64, 4, 4), k(128, 128, 128, 128, 64, 4, 4, warp_specialize=True),
+           k(128, 128, 128, 128, 64, 8, 3, warp_specialize=True)]
+    upper = [k(128, 256, 128, 256, 64, 8, 3), k(128, 256, 128, 256, 64, 8, 3, warp_specialize=True)]
+    large = [
+        k(128, 256, 128, 256, 64, 8, 4, group=4, tma_store=False),
+        k(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, warp_specialize=True),
+        k(128, 256, 128, 256, 64, 8, 4, group=4, tma_store=False, warp_specialize=True),
+    ]
+    return {256: tiny, 512: small, 1024: mid, 2048: upper, 4096: large, 8192: large}
+
+
+def _short(cfg: KernelConfig) -> str:
+    extra = "".join([f" split{cfg.ga_split}" if cfg.ga_split > 1 else "", "" if cfg.tma_store else " ptrstore",
+                     " ws" if cfg.warp_specialize else ""])
+    return (f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
+            f"g{cfg.group}{extra}")
+
+
+def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = None) -> None:
+    """Time each candidate on one case per distinct M of each bucket; print (and save) the fastest per bucket."""
+    device = torch.device("cuda")
+    timer, protocols = _timer_and_protocols(device, warmup, iters)
+    cupti = next(p for p in protocols if p.timer == "cupti")
+    cands = sweep_candidates()
+    best_by_bucket: dict[int, dict] = {}
+    print("\nsweep (kernel median us, CUPTI span, L2 flushed; x = failed to compile or incorrect)")
+    for bucket in M_BUCKETS:
+        distinct = {c.m: c for c in cases if bucket_for(c.m) == bucket}
+        bcases = list(distinct.values())
+        if not bcases:
+            continue
+        results = []
+        for cfg in cands[bucket]:
+            cfg = replace(cfg, arch="hopper", bucket=bucket)
+            times = []
+            try:
+                for case in bcases:
+                    ok, summary = check_case(case, device, cfg)
+                    if not ok:
+                        raise RuntimeError(f"incorrect: {summary}")
+                    fn = functools.partial(attn_output_proj_backward, config=cfg)
+                    times.append(time_impl(timer, cupti, fn, case, True))
+                g = geomean(times)
+                results.append((g, cfg))
+                print(f"  M<={bucket:<5} {_short(cfg):<44} {' '.join(f'{t:.1f}' for t in times)}", flush=True)
+            except Exception as exc:  # a candidate that does not compile or fit is reported, not fatal
+                msg = str(exc).splitlines()[0][:90] if str(exc) else type(exc).__name__
+                print(f"  M<={bucket:<5} {_short(cfg):<44} x {msg}", flush=True)
+        if results:
+            g, cfg = min(results, key=lambda r: r[0])
+            best_by_bucket[bucket] = cfg.as_dict()
+            print(f"BEST M<={bucket}: {_short(cfg)}  geo {g:.1f}", flush=True)
+    if save:
+        with open(save, "w") as fh:
+            json.dump(best_by_bucket, fh, indent=1)
+
+
+def load_configs(path: str) -> dict[int, KernelConfig]:
+    """Configurations per M bucket from a --sweep --save file (to time them before they enter configs.py)."""
+    with open(path) as fh:
+        raw = json.load(fh)
+    return {int(b): KernelConfig(**d) for b, d in raw.items()}
+
+
+def parse_cases(values: Sequence[str] | None) -> list[Case]:
+    if not values or values == ["all"]:
+        return list(CASES)
+    return [Case.parse(v) for v in values]
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("solci bench: needs a CUDA GPU (use `solci measure` for the CPU interpreter)", file=sys.stderr)
+        return 2
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as exc:
+        print(f"solci bench: {exc}", file=sys.stderr)
+        return 2
+    if args.sweep:
+        sweep(cases, args.warmup, args.iters, args.save)
+        return 0
+    rows = bench_cases(cases, args.warmup, args.iters, load_configs(args.configs) if args.configs else None)
+    print_table(rows, torch.cuda.get_device_name())
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if k != "config"], extrasaction="ignore")
+            writer.writeheader()
+            for r in rows:
+                writer.writerow({k: v for k, v in r.items() if k != "config"})
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cases", nargs="*", help="'all' (default) or B,S pairs such as 4,128")
+    p.add_argument("--warmup", type=int, default=WARMUP_ITERS)
+    p.add_argument("--iters", type=int, default=TIMED_ITERS)
+    p.add_argument("--csv", help="also write the table as CSV here")
+    p.add_argument("--sweep", action="store_true", help="time candidate configurations per M bucket")
+    p.add_argument("--save", help="with --sweep: write the fastest configuration per bucket to this JSON file")
+    p.add_argument("--configs", help="time with the configurations of this JSON file (from --sweep --save)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="GPU benchmark: kernel vs eager vs cuBLAS, T_SOL and score")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m kernel.bench", description=__doc__)
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

@@ -1,0 +1,54 @@
+"""Float32 reference with exactly the benchmark's semantics, and PyTorch eager baselines."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
+
+
+def attn_output_proj_backward_ref(
+    grad_output: torch.Tensor, reshaped: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The benchmark's reference: compute in float32, cast the outputs to bf16, transpose made contiguous.
+
+    grad_output, reshaped: (B, S, 2048); weight: (2048, 2048).
+    Returns grad_attn_output (B, 32, S, 64) and grad_weight (2048, 2048), both bf16 and contiguous.
+    """
+    b, s, _ = grad_output.shape
+    go = grad_output.float()
+    grad_reshaped = go @ weight.float()  # (B, S, 2048)
+    grad_attn = grad_reshaped.view(b, s, NUM_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
+    grad_weight = go.reshape(-1, HIDDEN).t() @ reshaped.float().reshape(-1, HIDDEN)
+    return grad_attn.to(grad_output.dtype), grad_weight.to(grad_output.dtype)
+
+
+def attn_output_proj_backward_eager(
+    grad_output: torch.Tensor, reshaped: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch eager baseline in the inputs' dtype: the two matmuls plus the transpose copy."""
+    b, s, _ = grad_output.shape
+    grad_reshaped = grad_output @ weight
+    grad_attn = grad_reshaped.view(b, s, NUM_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
+    grad_weight = grad_output.reshape(-1, HIDDEN).t() @ reshaped.reshape(-1, HIDDEN)
+    return grad_attn, grad_weight
+
+
+def two_matmuls(
+    grad_output: torch.Tensor, reshaped: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two cuBLAS matmuls alone, without the transpose copy (a lower bound for an unfused version)."""
+    go = grad_output.reshape(-1, HIDDEN)
+    return go @ weight, go.t() @ reshaped.reshape(-1, HIDDEN)
+
+
+def make_inputs(
+    batch_size: int, seq_len: int, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random inputs as the benchmark draws them: weight randn / sqrt(2048), the others plain randn."""
+    kw = {"device": device, "generator": generator}
+    go = torch.randn(batch_size, seq_len, HIDDEN, **kw).to(dtype)
+    x = torch.randn(batch_size, seq_len, HIDDEN, **kw).to(dtype)
+    w = (torch.randn(HIDDEN, HIDDEN, **kw) / HIDDEN**0.5).to(dtype)
+    return go, x, w

@@ -1,0 +1,33 @@
+"""Compare the per-case kernel medians of two `solci measure` result files (the noise floor check)."""
+
+import json
+import sys
+
+
+def medians(path: str) -> tuple[dict[str, tuple[int, float]], dict]:
+    with open(path) as fh:
+        doc = json.load(fh)
+    return {c["case"]: (c["m"], c["median_us"]) for c in doc["cases"] if c["median_us"]}, doc
+
+
+def main(a: str, b: str) -> int:
+    ma, da = medians(a)
+    mb, db = medians(b)
+    print(f"{'case':<10}{'M':>6}{'run 1':>9}{'run 2':>9}{'diff %':>8}")
+    worst = 0.0
+    for case, (m, x) in ma.items():
+        if case not in mb:
+            continue
+        y = mb[case][1]
+        d = (y / x - 1) * 100
+        if m >= 1024:
+            worst = max(worst, abs(d))
+        print(f"{case:<10}{m:>6}{x:>9.1f}{y:>9.1f}{d:>+8.2f}")
+    print(f"largest |diff| for M >= 1024: {worst:.2f}%  "
+          f"(suite geomean {da['suite']['geomean_us']:.1f} vs {db['suite']['geomean_us']:.1f} us; "
+          f"wall {da['wall_s']:.0f} s vs {db['wall_s']:.0f} s)")
+    return 0 if worst <= 3.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

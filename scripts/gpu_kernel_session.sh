@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device-tool call for kernel work. Usage (GPU machine, repo root):
+#   bash scripts/gpu_kernel_session.sh [tests] [diag] [sweep] [bench] [bench-swept]
+# sweep saves the fastest configuration per M bucket to $OUT/best.json; bench-swept times the 16 cases with it.
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+for step in "$@"; do
+  case $step in
+    tests) timeout 240 python3 -m pytest -q -x tests/test_kernel_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -8 ;;
+    diag) timeout 200 python3 scripts/diag_overhead.py 2>&1 | tee "$OUT/diag.log" ;;
+    sweep) timeout 330 python3 -m kernel.bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
+             | grep -v -i warn | tee "$OUT/sweep.log" ;;
+    bench) timeout 150 python3 -m kernel.bench --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" ;;
+    bench-swept) timeout 150 python3 -m kernel.bench --configs "$OUT/best.json" --csv "$OUT/bench_swept.csv" 2>&1 \
+             | grep -v -i warn | tee "$OUT/bench_swept.log" ;;
+  esac
+done

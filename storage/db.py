@@ -1,0 +1,258 @@
+"""The one DuckDB file that holds the CI's history, and how to open it safely.
+
+DuckDB locks the whole file: while one process holds a connection, no other process can open it, not even
+read-only (``Could not set lock on file ... Conflicting lock is held``). So:
+
+- a writer connects only while writing (``Database.write()`` / ``Database.transaction()``) and closes at once;
+- a reader opens ``read_only=True`` (``Database.read()``) and retries with backoff while someone else holds
+  the file, up to ``lock_timeout`` seconds, then raises ``DatabaseLockedError``;
+- an existing file is never overwritten or deleted: a file that is not a DuckDB database raises
+  ``DatabaseCorruptError`` and is left byte-identical.
+
+The schema is created and migrated in code (``storage.schema``) the first time a writer opens the file.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+DB_ENV = "SOLCI_DB"
+DEFAULT_RELATIVE_PATH = Path(".solci") / "history.duckdb"
+
+# Messages DuckDB gives when another holder keeps us out (another process, or this process with another
+# configuration: read-only vs read-write connections to one file cannot coexist in one process).
+_LOCK_PATTERNS = (
+    "could not set lock on file",
+    "conflicting lock is held",
+    "different configuration than existing connections",
+    "resource temporarily unavailable",
+)
+_CORRUPT_PATTERNS = (
+    "not a valid duckdb database file",
+    "corrupt",
+    "checksum",
+    "invalid metadata",
+    "serialization error",
+)
+
+_BACKOFF_START_S = 0.005
+_BACKOFF_MAX_S = 0.2
+
+
+def default_db_path() -> Path:
+    """``$SOLCI_DB`` when set, else ``./.solci/history.duckdb`` (relative to the working directory)."""
+    env = os.environ.get(DB_ENV)
+    if env:
+        return Path(env).expanduser()
+    return DEFAULT_RELATIVE_PATH
+
+
+class StorageError(Exception):
+    """Base of storage errors; the message names the file and says what to do."""
+
+
+class DatabaseLockedError(StorageError):
+    """Another process (or another connection of this one) holds the database file."""
+
+
+class DatabaseCorruptError(StorageError):
+    """The file exists but is not a readable DuckDB database; it was left untouched."""
+
+
+class SchemaVersionError(StorageError):
+    """The file's schema is newer than this code knows, or the file is not a solci database."""
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(p in text for p in _LOCK_PATTERNS)
+
+
+def _is_corrupt_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(p in text for p in _CORRUPT_PATTERNS)
+
+
+def _holder(exc: BaseException) -> str:
+    """The holder DuckDB names in a lock error ('... held in /usr/bin/python3 (PID 123)'), if any."""
+    m = re.search(r"held in (.+?\(PID \d+\))", str(exc))
+    return f" ({m.group(1)})" if m else ""
+
+
+# One lock per database file for this process: writes of several threads (or several Database objects on
+# the same file) go one at a time, so claim_next and ingest stay atomic inside a process too.
+_PROCESS_LOCKS: dict[str, threading.RLock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+_THREAD_STATE = threading.local()
+
+
+def _process_lock(key: str) -> threading.RLock:
+    with _PROCESS_LOCKS_GUARD:
+        lock = _PROCESS_LOCKS.get(key)
+        if lock is None:
+            lock = _PROCESS_LOCKS[key] = threading.RLock()
+        return lock
+
+
+def _open_writers() -> dict[str, duckdb.DuckDBPyConnection]:
+    writers = getattr(_THREAD_STATE, "writers", None)
+    if writers is None:
+        writers = _THREAD_STATE.writers = {}
+    return writers
+
+
+def _transaction_depth() -> dict[str, int]:
+    depth = getattr(_THREAD_STATE, "transactions", None)
+    if depth is None:
+        depth = _THREAD_STATE.transactions = {}
+    return depth
+
+
+class Database:
+    """A handle on the history file; it holds no connection between calls."""
+
+    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 30.0) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.lock_timeout = float(lock_timeout)
+        self._checked = False  # schema known to be current (checked once per object)
+
+    def __repr__(self) -> str:
+        return f"Database({str(self.path)!r})"
+
+    @property
+    def _key(self) -> str:
+        return str(self.path.resolve())
+
+    # ----------------------------------------------------------------------------------------- connecting
+    def _connect(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """Open a connection, retrying with jittered backoff while the file is locked."""
+        if self.path.exists() and self.path.is_dir():
+            raise StorageError(f"{self.path}: is a directory, not a database file; pass a file path (--db).")
+        deadline = time.monotonic() + self.lock_timeout
+        delay = _BACKOFF_START_S
+        while True:
+            try:
+                return duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.Error as exc:
+                if _is_lock_error(exc):
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise DatabaseLockedError(
+                            f"{self.path}: another process holds this database file{_holder(exc)}; waited "
+                            f"{self.lock_timeout:.1f} s for it. Wait for that process to finish or stop it "
+                            "(a runner or dashboard should only hold the file for a moment), or point "
+                            f"--db / ${DB_ENV} at another file."
+                        ) from exc
+                    time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - now)))
+                    delay = min(delay * 2, _BACKOFF_MAX_S)
+                    continue
+                if _is_corrupt_error(exc):
+                    raise DatabaseCorruptError(
+                        f"{self.path}: not a readable DuckDB database ({exc}). The file was left untouched. "
+                        "Move it aside (e.g. rename it to history.duckdb.bad) to start a new history, "
+                        f"or point --db / ${DB_ENV} at another file."
+                    ) from exc
+                raise StorageError(f"{self.path}: cannot open the database: {exc}") from exc
+
+    @contextmanager
+    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection (autocommit), created and migrated if needed; closed on exit.
+
+        Use ``transaction()`` for statements that must be stored together.
+        """
+        from storage import schema
+
+        writers = _open_writers()
+        existing = writers.get(self._key)
+        if existing is not None:  # nested write in the same thread: reuse the open connection
+            yield existing
+            return
+        lock = _process_lock(self._key)
+        with lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self._connect(read_only=False)
+            writers[self._key] = conn
+            try:
+                schema.migrate(conn, self.path)
+                self._checked = True
+                yield conn
+            finally:
+                writers.pop(self._key, None)
+                conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection inside BEGIN ... COMMIT; any exception rolls everything back.
+
+        Nested in another ``transaction()`` of the same thread and file, it joins the outer transaction.
+        """
+        depth = _transaction_depth()
+        with self.write() as conn:
+            if depth.get(self._key):  # nested: part of the enclosing transaction, which commits
+                yield conn
+                return
+            conn.begin()
+            depth[self._key] = 1
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            else:
+                conn.commit()
+            finally:
+                depth.pop(self._key, None)
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection (retrying while another process holds the file); closed on exit.
+
+        A missing file is created (with the current schema) first, so a fresh checkout reads an empty history.
+        """
+        existing = _open_writers().get(self._key)
+        if existing is not None:  # this thread is inside write(): read through that connection
+            yield existing
+            return
+        if not self._checked:
+            self._ensure_current()
+        conn = self._connect(read_only=True)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _ensure_current(self) -> None:
+        from storage import schema
+
+        if self.path.exists():
+            conn = self._connect(read_only=True)
+            try:
+                version = schema.check_version(conn, self.path)
+            finally:
+                conn.close()
+            if version == schema.CURRENT_VERSION:
+                self._checked = True
+                return
+        with self.write():  # creates or migrates
+            pass
+
+    def schema_version(self) -> int:
+        """The schema version stored in the file (0 when the file does not exist or holds no schema)."""
+        from storage import schema
+
+        if not self.path.exists():
+            return 0
+        conn = self._connect(read_only=True)
+        try:
+            return schema.stored_version(conn)
+        finally:
+            conn.close()

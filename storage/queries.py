@@ -1,0 +1,309 @@
+"""Read-only queries; each opens a read-only connection (retrying while locked) and returns a DataFrame.
+
+DataFrame columns use ``case`` for the case name (the tables call it ``case_name``); ``'__suite__'`` stands for
+the geometric mean over a run's cases. ``hardware`` filters match the hardware label ("NVIDIA H200") or the
+GPU model ("H200"); ``protocol`` filters match the protocol hash or its name.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from kernel.workload import Case
+from storage.db import Database, StorageError
+from storage.schema import SUITE
+
+_READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL")
+
+
+def _case_name(case: str) -> str:
+    if case == SUITE:
+        return case
+    try:
+        return Case.parse(case).name
+    except ValueError:
+        return case
+
+
+def _run_filters(hardware: str | None, protocol: str | None, alias: str = "r") -> tuple[list[str], list]:
+    where: list[str] = []
+    params: list = []
+    if hardware is not None:
+        where.append(f"({alias}.hardware_label = ? OR {alias}.gpu_model = ?)")
+        params += [hardware, hardware]
+    if protocol is not None:
+        where.append(f"({alias}.protocol = ? OR {alias}.protocol IN (SELECT hash FROM protocols WHERE name = ?))")
+        params += [protocol, protocol]
+    return where, params
+
+
+def _where(clauses: list[str]) -> str:
+    return ("WHERE " + " AND ".join(clauses)) if clauses else ""
+
+
+def history(
+    db: Database,
+    *,
+    case: str | None = None,
+    hardware: str | None = None,
+    protocol: str | None = None,
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """One row per run x case, oldest first: run_id, commit, branch, started_at, hardware (label), gpu_model,
+    protocol, mode, run_status, case, m, status, median_us, eager_us, cublas_us, t_sol_us, score.
+    ``limit``: only the most recent ``limit`` runs (after the filters)."""
+    run_where, params = _run_filters(hardware, protocol)
+    case_clause = ""
+    if case is not None:
+        case_clause = "AND x.case_name = ?"
+    limit_clause = ""
+    if limit is not None:
+        limit_clause = "ORDER BY r.started_at DESC, r.seq DESC LIMIT ?"
+    sql = f"""
+        WITH sel AS (
+            SELECT r.run_id, r.seq, r."commit", r.branch, r.started_at, r.hardware_label, r.gpu_model,
+                   r.protocol, r.mode, r.status
+            FROM runs r {_where(run_where)} {limit_clause}
+        )
+        SELECT sel.run_id, sel."commit", sel.branch, sel.started_at, sel.hardware_label AS hardware,
+               sel.gpu_model, sel.protocol, sel.mode, sel.status AS run_status, x.case_name AS "case", x.m,
+               x.status, x.median_us, x.eager_us, x.cublas_us, x.t_sol_us, x.score
+        FROM sel JOIN results x ON x.run_id = sel.run_id {case_clause}
+        ORDER BY sel.started_at, sel.seq, x.m, x.case_name
+    """
+    if limit is not None:
+        params.append(int(limit))
+    if case is not None:
+        params.append(_case_name(case))
+    with db.read() as conn:
+        return conn.execute(sql, params).df()
+
+
+def runs(
+    db: Database, *, hardware: str | None = None, protocol: str | None = None, limit: int | None = None
+) -> pd.DataFrame:
+    """One row per run, oldest first, with the suite figures (geomean_us, score, ratios) and the job id."""
+    where, params = _run_filters(hardware, protocol)
+    limit_clause = ""
+    if limit is not None:
+        limit_clause = "ORDER BY started_at DESC, seq DESC LIMIT ?"
+        params.append(int(limit))
+    sql = f"""
+        SELECT * FROM (
+            SELECT r.run_id, r."commit", r.branch, r.repo, r.started_at, r.finished_at, r.wall_s, r.mode,
+                   r.hardware_label AS hardware, r.gpu_model, r.hostname, r.protocol, r.status, r.n_cases,
+                   r.n_pass, r.geomean_us, r.geomean_eager_us, r.geomean_cublas_us, r.score,
+                   r.ratio_vs_cublas, r.ratio_vs_eager, r.job_id, r.seq
+            FROM runs r {_where(where)} {limit_clause}
+        ) ORDER BY started_at, seq
+    """
+    with db.read() as conn:
+        return conn.execute(sql, params).df().drop(columns=["seq"])
+
+
+def run_info(db: Database, run_id: str) -> dict | None:
+    """The runs row of one run as a dict (None when not stored)."""
+    with db.read() as conn:
+        return _run_info(conn, run_id)
+
+
+def _run_info(conn: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
+    cur = conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip([d[0] for d in cur.description], row, strict=True))
+
+
+def run_cases(db: Database, run_id: str) -> pd.DataFrame:
+    """The results rows of one run (case, status, error, figures, config JSON ...)."""
+    with db.read() as conn:
+        return conn.execute(
+            """SELECT case_name AS "case", * EXCLUDE (case_name) FROM results WHERE run_id = ?
+               ORDER BY m, case_name""",
+            [run_id],
+        ).df()
+
+
+def run_samples(db: Database, run_id: str, *, impl: str = "kernel") -> pd.DataFrame:
+    """One row per case of one run: case, status, median_us, samples_us (list), under its primary protocol."""
+    with db.read() as conn:
+        return _samples_of(conn, [run_id], impl)
+
+
+def _samples_of(conn: duckdb.DuckDBPyConnection, run_ids: list[str], impl: str) -> pd.DataFrame:
+    return conn.execute(
+        """SELECT r.run_id, r."commit", r.started_at, x.case_name AS "case", x.status, x.error,
+                  s.median_us, s.samples_us
+           FROM runs r
+           JOIN results x ON x.run_id = r.run_id
+           LEFT JOIN samples s ON s.run_id = x.run_id AND s.case_name = x.case_name AND s.impl = ?
+                AND s.protocol = r.protocol
+           WHERE r.run_id IN (SELECT unnest(?::VARCHAR[]))
+           ORDER BY r.started_at, r.seq, x.m, x.case_name""",
+        [impl, run_ids],
+    ).df()
+
+
+def recent_passing_samples(
+    db: Database, run_id: str, *, n_runs: int = 5, impl: str = "kernel"
+) -> tuple[dict | None, pd.DataFrame, pd.DataFrame]:
+    """For ``run_id``: (its runs row, its samples, the samples of the last ``n_runs`` passing runs on the same
+    hardware label and protocol that started before it). Sample frames are ordered by run time and hold
+    run_id, commit, started_at, case, status, error, median_us, samples_us (list of us)."""
+    with db.read() as conn:
+        info = _run_info(conn, run_id)
+        if info is None:
+            return None, pd.DataFrame(), pd.DataFrame()
+        own = _samples_of(conn, [run_id], impl)
+        base_ids = [
+            r[0]
+            for r in conn.execute(
+                """SELECT run_id FROM runs
+                   WHERE hardware_label = ? AND protocol = ? AND status = 'pass' AND n_pass = n_cases
+                     AND (started_at < ? OR (started_at = ? AND seq < ?))
+                   ORDER BY started_at DESC, seq DESC LIMIT ?""",
+                [
+                    info["hardware_label"], info["protocol"], info["started_at"], info["started_at"],
+                    info["seq"], int(n_runs),
+                ],
+            ).fetchall()
+        ]  # fmt: skip
+        base = _samples_of(conn, base_ids, impl) if base_ids else own.iloc[0:0]
+    return info, own, base
+
+
+def record_events(db: Database, run_id: str | None = None) -> pd.DataFrame:
+    """ "Record broken" events (newest first), optionally of one run."""
+    where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT id, run_id, "commit", hardware_label AS hardware, gpu_model, protocol,
+                       case_name AS "case", n_cases, previous_us, previous_run_id, previous_commit, new_us,
+                       broken_at
+                FROM record_events {where} ORDER BY id DESC""",
+            params,
+        ).df()
+
+
+def flags(
+    db: Database, *, run_id: str | None = None, commit: str | None = None, limit: int | None = None
+) -> pd.DataFrame:
+    """Flags, newest first: id, run_id, commit, case, kind, magnitude, p_value, baseline_median_us,
+    new_median_us, message, created_at, started_at (of the run), hardware."""
+    where: list[str] = []
+    params: list = []
+    if run_id is not None:
+        where.append("f.run_id = ?")
+        params.append(run_id)
+    if commit is not None:
+        where.append('(f."commit" = ? OR starts_with(f."commit", ?))')
+        params += [commit, commit]
+    limit_clause = ""
+    if limit is not None:
+        limit_clause = "LIMIT ?"
+        params.append(int(limit))
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT f.id, f.run_id, f."commit", f.case_name AS "case", f.kind, f.magnitude, f.p_value,
+                       f.baseline_median_us, f.new_median_us, f.message, f.created_at, r.started_at,
+                       r.hardware_label AS hardware
+                FROM flags f LEFT JOIN runs r ON r.run_id = f.run_id
+                {_where(where)} ORDER BY r.started_at DESC NULLS LAST, f.id DESC {limit_clause}""",
+            params,
+        ).df()
+
+
+def records(db: Database) -> pd.DataFrame:
+    """Best-known records: the published B200 leaderboard rows (by rank), then the project's bests per
+    hardware label, protocol and case (the suite row '__suite__' first)."""
+    with db.read() as conn:
+        return conn.execute(
+            """SELECT kind, gpu_model, hardware_label AS hardware, protocol, case_name AS "case", n_cases, rank,
+                      implementation, latency_us, pct_sol, source, observed_at, run_id, "commit"
+               FROM records
+               ORDER BY kind = 'project', hardware_label, protocol, case_name <> '__suite__', rank,
+                        case_name"""
+        ).df()
+
+
+def gaps(db: Database, run_id: str | None = None) -> pd.DataFrame:
+    """How far a run (default: the latest) is from the best known figures.
+
+    One row per case, then '__suite__': median_us, the project's best on the same hardware label and protocol
+    (best_us, best_run_id, best_commit) and ``gap`` = median_us / best_us - 1 (0 when this run is the best);
+    score (mean SOL score for the suite), and for the suite the published #1 B200 record
+    (record_implementation, record_latency_us, record_pct_sol) with ``score_gap`` = record_pct_sol / 100 -
+    score (the SOL score compares across GPUs; latencies do not)."""
+    with db.read() as conn:
+        if run_id is None:
+            row = conn.execute("SELECT run_id FROM runs ORDER BY started_at DESC, seq DESC LIMIT 1").fetchone()
+            if row is None:
+                return pd.DataFrame()
+            run_id = row[0]
+        info = _run_info(conn, run_id)
+        if info is None:
+            raise StorageError(f"{db.path}: no run {run_id!r}")
+        return conn.execute(
+            """
+            WITH me AS (
+                SELECT case_name, NULL::INTEGER AS n_cases, median_us, score, m FROM results WHERE run_id = $run
+                UNION ALL
+                SELECT '__suite__', n_cases, geomean_us, score, 1e18 FROM runs WHERE run_id = $run
+            ),
+            top AS (
+                SELECT implementation, latency_us, pct_sol FROM records WHERE kind = 'published'
+                ORDER BY latency_us LIMIT 1
+            )
+            SELECT $run AS run_id, $commit AS "commit", $hw AS hardware, $proto AS protocol,
+                   me.case_name AS "case", me.median_us, b.latency_us AS best_us, b.run_id AS best_run_id,
+                   b."commit" AS best_commit, me.median_us / b.latency_us - 1 AS gap, me.score,
+                   CASE WHEN me.case_name = '__suite__' THEN top.implementation END AS record_implementation,
+                   CASE WHEN me.case_name = '__suite__' THEN top.latency_us END AS record_latency_us,
+                   CASE WHEN me.case_name = '__suite__' THEN top.pct_sol END AS record_pct_sol,
+                   CASE WHEN me.case_name = '__suite__' THEN top.pct_sol / 100 - me.score END AS score_gap
+            FROM me
+            LEFT JOIN records b ON b.kind = 'project' AND b.hardware_label = $hw AND b.protocol = $proto
+                 AND b.case_name = me.case_name AND b.n_cases IS NOT DISTINCT FROM me.n_cases
+            CROSS JOIN top
+            ORDER BY me.m, me.case_name
+            """,
+            {
+                "run": run_id, "commit": info["commit"], "hw": info["hardware_label"],
+                "proto": info["protocol"],
+            },
+        ).df()  # fmt: skip
+
+
+def run_sql(db: Database, query: str) -> pd.DataFrame:
+    """Run read-only SQL (SELECT, EXPLAIN, PRAGMA, CALL; several statements: the last one's result) on a
+    read-only connection. Anything else (INSERT, UPDATE, CREATE, COPY, ATTACH, SET ...) is refused."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise StorageError(f"sql: cannot parse the query: {exc}") from None
+    if not statements:
+        raise StorageError("sql: empty query")
+    for st in statements:
+        kind = str(st.type).rsplit(".", 1)[-1].upper()
+        if kind not in _READ_ONLY_STATEMENTS:
+            raise StorageError(
+                f"sql: {kind} statements are refused: `solci sql` is read-only ({db.path} is opened "
+                "read_only); only SELECT / EXPLAIN / PRAGMA / CALL queries run. The history is written "
+                "by `solci run` and the runner."
+            )
+    with db.read() as conn:
+        result = None
+        for st in statements:
+            try:
+                result = conn.execute(st.query)
+            except duckdb.InvalidInputException as exc:
+                if "read-only" in str(exc):
+                    raise StorageError(f"sql: refused, the database is opened read-only: {exc}") from None
+                raise StorageError(f"sql: {exc}") from None
+            except duckdb.Error as exc:
+                raise StorageError(f"sql: {exc}") from None
+        if result is None or result.description is None:
+            return pd.DataFrame()
+        return result.df()

@@ -1,0 +1,183 @@
+"""DDL and migrations. The version lives in table ``solci_schema`` (one row per applied migration).
+
+To change the schema, append a migration to ``MIGRATIONS`` (never edit an applied one); ``migrate`` applies
+the missing ones in order, each in its own transaction together with its version row.
+
+Tables (version 1):
+- ``solci_schema``   version, applied_at, description
+- ``commits``        commit, repo, branch, first_seen
+- ``hardware``       fingerprint -> label, gpu_model, gpu_name, sm_count, memory, driver, cuda, torch, ...
+- ``protocols``      hash -> name, timer, warmup, iters, l2_flush, flush_bytes, rotate_inputs, statistic, spec
+- ``runs``           one row per run: commit, time, hardware, primary protocol, suite figures, job_id
+- ``results``        one row per run x case: status, error, median/eager/cuBLAS/T_SOL (us), score, config...
+- ``samples``        one row per run x case x impl x protocol: summary statistics and ``samples_us DOUBLE[]``
+- ``jobs``           the queue (queued/running/done/failed)
+- ``flags``          regression / improvement / new_record / incorrect / error, per run and case
+- ``records``        best-known figures: published B200 leaderboard rows and the project's own bests
+- ``record_events``  "record broken": a passing run that beat the project's best
+
+Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
+geometric mean over a run's cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+from kernel.workload import B200_RECORDS, CASES, LEADERBOARD_SOURCE
+from storage.db import SchemaVersionError
+
+SUITE = "__suite__"
+PUBLISHED_PROTOCOL = "SOL-ExecBench v1.1"
+PUBLISHED_HARDWARE_LABEL = "NVIDIA B200"
+
+_V1_DDL = """
+CREATE TABLE solci_schema (
+    version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL, description VARCHAR NOT NULL);
+CREATE TABLE commits (
+    "commit" VARCHAR PRIMARY KEY, repo VARCHAR, branch VARCHAR, first_seen TIMESTAMP NOT NULL);
+CREATE TABLE hardware (
+    fingerprint VARCHAR PRIMARY KEY, label VARCHAR NOT NULL, gpu_model VARCHAR, gpu_name VARCHAR,
+    sm_count INTEGER, memory_bytes BIGINT, driver VARCHAR, cuda VARCHAR, torch VARCHAR, triton VARCHAR,
+    python VARCHAR, cpu VARCHAR, first_seen TIMESTAMP NOT NULL);
+CREATE TABLE protocols (
+    hash VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, timer VARCHAR, warmup INTEGER, iters INTEGER,
+    l2_flush BOOLEAN, flush_bytes BIGINT, rotate_inputs BOOLEAN, statistic VARCHAR, spec JSON,
+    first_seen TIMESTAMP NOT NULL);
+CREATE SEQUENCE runs_seq;
+CREATE TABLE runs (
+    run_id VARCHAR PRIMARY KEY, seq BIGINT NOT NULL DEFAULT nextval('runs_seq'),
+    "commit" VARCHAR, branch VARCHAR, repo VARCHAR,
+    started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, wall_s DOUBLE, mode VARCHAR NOT NULL,
+    hardware_fingerprint VARCHAR, hardware_label VARCHAR NOT NULL, gpu_model VARCHAR, hostname VARCHAR,
+    protocol VARCHAR NOT NULL, status VARCHAR NOT NULL, n_cases INTEGER NOT NULL, n_pass INTEGER NOT NULL,
+    geomean_us DOUBLE, geomean_eager_us DOUBLE, geomean_cublas_us DOUBLE, score DOUBLE,
+    ratio_vs_cublas DOUBLE, ratio_vs_eager DOUBLE, job_id BIGINT, ingested_at TIMESTAMP NOT NULL);
+CREATE TABLE results (
+    run_id VARCHAR NOT NULL, case_name VARCHAR NOT NULL, batch_size INTEGER, seq_len INTEGER, m INTEGER,
+    status VARCHAR NOT NULL, error VARCHAR, median_us DOUBLE, eager_us DOUBLE, cublas_us DOUBLE,
+    t_sol_us DOUBLE, score DOUBLE, config JSON, correctness JSON, telemetry JSON, wall_s DOUBLE);
+CREATE TABLE samples (
+    run_id VARCHAR NOT NULL, case_name VARCHAR NOT NULL, impl VARCHAR NOT NULL, protocol VARCHAR NOT NULL,
+    n INTEGER NOT NULL, median_us DOUBLE, mean_us DOUBLE, min_us DOUBLE, max_us DOUBLE, iqr_us DOUBLE,
+    stdev_us DOUBLE, samples_us DOUBLE[] NOT NULL);
+CREATE SEQUENCE jobs_seq;
+CREATE TABLE jobs (
+    id BIGINT PRIMARY KEY DEFAULT nextval('jobs_seq'), repo VARCHAR NOT NULL, "commit" VARCHAR NOT NULL,
+    branch VARCHAR, "trigger" VARCHAR NOT NULL,
+    status VARCHAR NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0, enqueued_at TIMESTAMP NOT NULL, started_at TIMESTAMP,
+    finished_at TIMESTAMP, outcome VARCHAR, run_id VARCHAR, worker VARCHAR, gpu VARCHAR, log VARCHAR);
+CREATE SEQUENCE flags_seq;
+CREATE TABLE flags (
+    id BIGINT PRIMARY KEY DEFAULT nextval('flags_seq'), run_id VARCHAR NOT NULL, "commit" VARCHAR,
+    case_name VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL CHECK (kind IN ('regression', 'improvement', 'new_record', 'incorrect', 'error')),
+    magnitude DOUBLE, p_value DOUBLE, baseline_median_us DOUBLE, new_median_us DOUBLE,
+    message VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL);
+CREATE TABLE records (
+    kind VARCHAR NOT NULL CHECK (kind IN ('published', 'project')),
+    gpu_model VARCHAR, hardware_label VARCHAR NOT NULL, protocol VARCHAR NOT NULL, case_name VARCHAR NOT NULL,
+    n_cases INTEGER, rank INTEGER, implementation VARCHAR, latency_us DOUBLE NOT NULL, pct_sol DOUBLE,
+    source VARCHAR NOT NULL, observed_at TIMESTAMP, run_id VARCHAR, "commit" VARCHAR, updated_at TIMESTAMP);
+CREATE SEQUENCE record_events_seq;
+CREATE TABLE record_events (
+    id BIGINT PRIMARY KEY DEFAULT nextval('record_events_seq'), run_id VARCHAR NOT NULL, "commit" VARCHAR,
+    hardware_label VARCHAR NOT NULL, gpu_model VARCHAR, protocol VARCHAR NOT NULL, case_name VARCHAR NOT NULL,
+    n_cases INTEGER, previous_us DOUBLE NOT NULL, previous_run_id VARCHAR, previous_commit VARCHAR,
+    new_us DOUBLE NOT NULL, broken_at TIMESTAMP NOT NULL);
+CREATE INDEX runs_hw_proto ON runs (hardware_label, protocol);
+"""
+
+
+def _seed_published_records(conn: duckdb.DuckDBPyConnection) -> None:
+    now = _now()
+    rows = [
+        (
+            "published", r.gpu_model, PUBLISHED_HARDWARE_LABEL, PUBLISHED_PROTOCOL, SUITE, len(CASES), r.rank,
+            r.implementation, r.latency_us, float(r.pct_sol), LEADERBOARD_SOURCE,
+            datetime.fromisoformat(r.observed), None, None, now,
+        )
+        for r in B200_RECORDS
+    ]  # fmt: skip
+    conn.executemany("INSERT INTO records VALUES (" + ", ".join(["?"] * 15) + ")", rows)
+
+
+def _v1(conn: duckdb.DuckDBPyConnection) -> None:
+    for stmt in _V1_DDL.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    _seed_published_records(conn)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema; published B200 leaderboard records", _v1),)
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _tables(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def stored_version(conn: duckdb.DuckDBPyConnection, tables: set[str] | None = None) -> int:
+    """The highest applied migration; 0 for a file without the version table."""
+    if "solci_schema" not in (tables if tables is not None else _tables(conn)):
+        return 0
+    row = conn.execute("SELECT max(version) FROM solci_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def check_version(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """The stored version; SchemaVersionError when it is newer than this code or the file is not ours."""
+    tables = _tables(conn)
+    if "solci_schema" not in tables:
+        if tables:
+            raise SchemaVersionError(
+                f"{path}: a DuckDB database, but not a solci history (tables: {', '.join(sorted(tables)[:8])}). "
+                "It was left untouched; point --db / $SOLCI_DB at another file."
+            )
+        return 0
+    version = stored_version(conn, tables)
+    if version > CURRENT_VERSION:
+        raise SchemaVersionError(
+            f"{path}: schema version {version} is newer than this solci knows (up to {CURRENT_VERSION}); "
+            "it was written by a newer solci. Upgrade solci (git pull; pip install -e .), or point "
+            "--db / $SOLCI_DB at another file. The file was left untouched."
+        )
+    return version
+
+
+def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """Apply the missing migrations (each in one transaction); return the resulting version."""
+    version = check_version(conn, path)
+    for mig in MIGRATIONS:
+        if mig.version <= version:
+            continue
+        conn.begin()
+        try:
+            mig.apply(conn)
+            conn.execute("INSERT INTO solci_schema VALUES (?, ?, ?)", [mig.version, _now(), mig.description])
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+        version = mig.version
+    return version

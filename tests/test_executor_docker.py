@@ -1,0 +1,122 @@
+"""The Docker executor against the real engine (skipped when no engine answers or the base image is missing:
+``docker/ci_setup.sh`` provides both)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ci.executors import MeasureOptions, choose_executor
+from ci.executors.docker import LABEL, DockerExecutor
+from ci.executors.local import LocalExecutor
+from tests.repo_factory import ProjectRepo, make_project_repo
+
+REASON = DockerExecutor.unavailable_reason()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=f"docker executor: {REASON}")]
+OPTIONS = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=2, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> ProjectRepo:
+    return make_project_repo(tmp_path_factory.mktemp("docker") / "repo")
+
+
+@pytest.fixture(scope="module")
+def executor() -> DockerExecutor:
+    return DockerExecutor(gpu="gputest")
+
+
+def test_auto_chooses_docker_when_an_engine_answers() -> None:
+    assert choose_executor("auto").name == "docker"
+    assert isinstance(choose_executor("local"), LocalExecutor)
+
+
+@pytest.mark.timeout(600)
+def test_builds_the_commit_and_measures_inside(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    sha = repo.head()
+    ex = executor.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert ex.status == "ok", ex.log[-4000:]
+    doc = ex.doc
+    assert doc["commit"] == sha and doc["branch"] == "main" and doc["repo"] == str(repo.path)
+    assert doc["mode"] == "cpu-interpreter"
+    assert [c["case"] for c in doc["cases"]] == ["B1_S7"] and doc["suite"]["status"] == "pass"
+    assert "Successfully tagged solci-run:" + sha[:12] in ex.log
+    assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
+
+
+@pytest.mark.timeout(300)
+def test_containers_have_no_network(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    image = executor.build(repo.path, repo.head(), [])
+    assert image
+    probe = (
+        "import socket, os\n"
+        "print('interfaces', sorted(os.listdir('/sys/class/net')))\n"
+        "try:\n"
+        "    socket.create_connection(('1.1.1.1', 53), timeout=3); print('network: reachable')\n"
+        "except OSError as e:\n"
+        "    print('network: unreachable', e)\n"
+        "open('/tmp/probe.txt', 'w').write('ok')\n"
+    )
+    run = executor.run_in_image(image, ["python", "-c", probe], timeout=60, fetch="/tmp/probe.txt")
+    assert run.status == "ok" and run.exit_code == 0, run.log
+    assert "interfaces ['lo']" in run.log and "network: unreachable" in run.log
+    assert run.fetched == b"ok"
+
+
+@pytest.mark.timeout(300)
+def test_broken_dockerfile_is_build_failed(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    base = repo.head()
+    sha = repo.commit_file("Dockerfile", "\nRUN pip install --no-index solci-no-such-package\n", "broken deps")
+    try:
+        ex = executor.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    finally:
+        repo.revert_to(base, "undo broken deps")
+    assert ex.status == "build_failed", ex.log[-3000:]
+    assert ex.doc is None and "solci-no-such-package" in ex.log
+
+
+@pytest.mark.timeout(300)
+def test_timeout_kills_the_container(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    opts = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=50, timeout=8)
+    ex = executor.execute(repo.path, repo.head(), branch="main", repo=str(repo.path), options=opts)
+    assert ex.status == "timed_out", ex.log[-3000:]
+    assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
+
+
+@pytest.mark.timeout(120)
+def test_unimportable_kernel_crashes(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    base = repo.head()
+    sha = repo.broken()
+    try:
+        ex = executor.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    finally:
+        repo.revert_to(base, "undo broken")
+    assert ex.status == "crashed" and "SyntaxError" in ex.log
+
+
+def test_context_gets_the_runners_dockerfile_when_the_commit_has_none(tmp_path: Path,
+                                                                      executor: DockerExecutor) -> None:  # fmt: skip
+    from tests.repo_factory import small_repo
+
+    repo = small_repo(tmp_path / "plain", n_commits=1)
+    data = executor.build_context(repo.path, repo.head())
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        assert {"notes.txt", "Dockerfile"} <= set(tf.getnames())
+
+
+def test_cleanup_stale_removes_leftover_containers(executor: DockerExecutor) -> None:
+    c = executor.client.containers.create("solci-base:bookworm", ["sleep", "60"], labels={LABEL: "gputest"},
+                                          network_mode="none")  # fmt: skip
+    assert c.name in executor.cleanup_stale()
+    assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
+
+
+def test_prune_keeps_the_newest_images(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    tag = executor.build(repo.path, repo.head(), [])
+    assert tag
+    executor.prune_images(keep=1, protect=tag)
+    tags = [t for im in executor.client.images.list(name="solci-run") for t in im.tags]
+    assert tag in tags and len(tags) <= 2

@@ -1,0 +1,328 @@
+"""The runner: outcomes, judging, going on after failures, recovery after a kill.
+
+Fast tests use a fake executor (fabricated result documents). The slow ones build a real repository from this
+project with a neutral, a slow (kernel launched twice), a wrong (grad_weight x 1.5) and an unimportable
+commit, and run ``solci run`` / ``solci worker`` (local executor, Triton's interpreter, case 1,7) on a real
+DuckDB file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ci.executors import Execution, MeasureOptions
+from ci.runner import (
+    EXIT_BROKEN,
+    EXIT_OK,
+    EXIT_REGRESSED,
+    Runner,
+    RunnerConfig,
+    claim_job,
+    classify,
+    exit_code_for,
+)
+from storage.db import Database
+from storage.jobs import claim_next, enqueue, get_job, list_jobs
+from tests.factories import make_result
+from tests.repo_factory import BROKEN, PROJECT, SLOW, WRONG, make_project_repo, small_repo
+
+# Interpreter timings are real, and noisy when the machine is busy (single samples up to 3x): six samples a
+# run, and a regression must be > 50% slower here; the slow commit is about 2x.
+MEASURE = ["--cases", "1,7", "--rounds", "1", "--warmup", "0", "--iters", "6", "--min-effect", "0.5"]
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+# ------------------------------------------------------------------------------------------------ fast
+class FakeExecutor:
+    """Returns what ``plan[commit]`` says: pass / slow / incorrect / error-case / build_failed / timed_out /
+    crashed / raise."""
+
+    name = "fake"
+
+    def __init__(self, plan: dict[str, str]) -> None:
+        self.plan = plan
+        self.calls: list[str] = []
+        self.cleaned = 0
+
+    def execute(
+        self, source: Path, commit: str, *, branch: str | None, repo: str, options: MeasureOptions
+    ) -> Execution:
+        self.calls.append(commit)
+        what = self.plan[commit]
+        started = T0 + timedelta(hours=len(self.calls))
+        common = {"commit": commit, "cases": ["1,256", "4,128"], "started_at": started, "repo": repo}
+        if what == "pass":
+            return Execution("ok", make_result(**common), "measured", 1.0)
+        if what == "slow":
+            return Execution("ok", make_result(**common, scale=2.0), "measured", 1.0)
+        if what == "incorrect":
+            return Execution("ok", make_result(**common, status={"B1_S256": "incorrect"}), "measured", 1.0)
+        if what == "error-case":
+            return Execution("ok", make_result(**common, status={"B4_S128": "error"}), "measured", 1.0)
+        if what == "timeout-case":
+            return Execution("ok", make_result(**common, status="timeout"), "measured", 1.0)
+        if what == "raise":
+            raise RuntimeError("the executor blew up")
+        return Execution(what, None, f"fake {what}", 1.0)
+
+    def cleanup_stale(self) -> list[str]:
+        self.cleaned += 1
+        return []
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(tmp_path / "history.duckdb", lock_timeout=20)
+
+
+def test_exit_codes() -> None:
+    assert exit_code_for([]) == EXIT_OK
+    assert exit_code_for(["passed", "passed"]) == EXIT_OK
+    assert exit_code_for(["passed", "regressed"]) == EXIT_REGRESSED
+    assert exit_code_for(["regressed", "incorrect"]) == EXIT_BROKEN
+    for outcome in ("build_failed", "crashed", "timed_out", "incorrect", "error"):
+        assert exit_code_for([outcome]) == EXIT_BROKEN
+
+
+def test_classify() -> None:
+    ok = make_result(cases=["1,256"])
+    assert classify(ok, []) == "passed"
+    assert classify(ok, [{"kind": "improvement"}, {"kind": "new_record"}]) == "passed"
+    assert classify(ok, [{"kind": "regression"}]) == "regressed"
+    assert classify(make_result(cases=["1,256"], status="incorrect"), []) == "incorrect"
+    assert classify(make_result(cases=["1,256"], status="error"), []) == "crashed"
+    assert classify(make_result(cases=["1,256"], status="timeout"), []) == "timed_out"
+
+
+def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    plan_kinds = ["pass", "pass", "pass", "slow", "incorrect", "build_failed", "raise", "timed_out",
+                  "crashed", "error-case", "timeout-case", "pass"]  # fmt: skip
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(len(plan_kinds))]
+    plan = dict(zip(shas, plan_kinds, strict=True))
+    for sha in shas:
+        enqueue(db, str(repo.path), sha, branch="main")
+    enqueue(db, str(repo.path), "0" * 40, branch="main")  # a commit the repository does not have
+    fake = FakeExecutor(plan)
+    reports = Runner(db, RunnerConfig(worker="w1"), executor=fake).run(once=True)
+
+    assert fake.cleaned == 1
+    assert fake.calls == shas  # in queue order, and on after each failure
+    got = [r.outcome for r in reports]
+    assert got == ["passed", "passed", "passed", "regressed", "incorrect", "build_failed", "error", "timed_out",
+                   "crashed", "crashed", "timed_out", "passed", "error"]  # fmt: skip
+    jobs = {j.commit: j for j in list_jobs(db)}
+    assert all(j.status in ("done", "failed") for j in jobs.values())
+    assert jobs[shas[6]].status == "failed" and "the executor blew up" in jobs[shas[6]].log
+    assert jobs["0" * 40].status == "failed" and "not found" in jobs["0" * 40].log
+    assert jobs[shas[3]].run_id and jobs[shas[5]].run_id is None
+    regressed = [r for r in reports if any(f["kind"] == "regression" for f in r.flags)]
+    assert [r.commit for r in regressed] == [shas[3]]
+    assert exit_code_for(got) == EXIT_BROKEN
+
+
+def test_start_requeues_jobs_of_a_dead_runner(db: Database, tmp_path: Path) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=2)
+    sha = repo.head()
+    job_id, _ = enqueue(db, str(repo.path), sha)
+    assert claim_next(db, "dead-worker", "gpu0").id == job_id
+    other, _ = enqueue(db, str(repo.path), repo.commit_file("x.txt", "x", "x"))
+    assert claim_next(db, "other-gpu-worker", "gpu1").id == other  # another slot's job: left alone
+    fake = FakeExecutor({sha: "pass"})
+    runner = Runner(db, RunnerConfig(worker="w2", gpu="gpu0"), executor=fake)
+    assert runner.start() == [job_id]
+    report = runner.run_next()
+    assert report is not None and report.job_id == job_id and report.outcome == "passed"
+    assert get_job(db, job_id).attempts == 2
+    assert get_job(db, other).status == "running"
+
+
+def test_a_run_stored_before_the_runner_died_is_judged_not_measured_again(db: Database, tmp_path: Path) -> None:
+    from storage.ingest import ingest_result
+
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    sha = repo.head()
+    job_id, _ = enqueue(db, str(repo.path), sha)
+    claim_next(db, "dies-after-ingest", "gpu0")
+    ingest_result(db, make_result(commit=sha, cases=["1,256"], status={"B1_S256": "incorrect"}), job_id=job_id)
+    fake = FakeExecutor({})
+    reports = Runner(db, RunnerConfig(worker="w3"), executor=fake).run(once=True)
+    assert fake.calls == []
+    assert [(r.job_id, r.outcome) for r in reports] == [(job_id, "incorrect")]
+    with db.read() as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    assert get_job(db, job_id).status == "done"
+
+
+def test_claim_job_takes_a_given_job(db: Database, tmp_path: Path) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=3)
+    first, _ = enqueue(db, str(repo.path), repo.head())
+    second, _ = enqueue(db, str(repo.path), repo.commit_file("y.txt", "y", "y"))
+    job = claim_job(db, second, "w", "gpu0")
+    assert job is not None and job.id == second and job.status == "running"
+    assert claim_job(db, first, "w", "gpu0") is None  # the slot is busy
+    assert claim_job(db, second, "w", "gpu1") is None  # no longer queued
+
+
+def test_measure_options_to_cli() -> None:
+    opts = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=4, extra_args=["--no-cupti"])
+    assert opts.cli_args() == ["--cases", "1,7", "--rounds", "1", "--warmup", "0", "--iters", "4", "--no-cupti"]
+
+
+# ------------------------------------------------------------------------------------------------ slow
+def solci(args: list[str], env: dict[str, str], *, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ci.cli", *args], env=env, cwd=env["SOLCI_TEST_CWD"], capture_output=True,
+        text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def cli_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "TRITON_INTERPRET"}
+    env.update(
+        SOLCI_DB=str(tmp / "history.duckdb"), SOLCI_WORK=str(tmp / "work"), SOLCI_EXECUTOR="local",
+        SOLCI_CACHE=str(tmp / "cache"), SOLCI_TEST_CWD=str(tmp), PYTHONPATH=str(PROJECT),
+    )  # fmt: skip
+    return env
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Three neutral commits (queued, `solci worker --once`), a slow one (`solci run`), then a wrong, a broken
+    and a neutral one found by `solci watch --once`. Linear history; each mutation starts from n3's tree."""
+    tmp = tmp_path_factory.mktemp("runner")
+    repo = make_project_repo(tmp / "repo")
+    env = cli_env(tmp)
+    db = Database(tmp / "history.duckdb", lock_timeout=60)
+    shas = {"n1": repo.head(), "n2": repo.neutral(2), "n3": repo.neutral(3)}
+    for key in ("n1", "n2", "n3"):
+        enqueue(db, str(repo.path), shas[key], branch="main")
+    t = time.monotonic()
+    first = solci(["worker", "--once", *MEASURE], env)
+    seen = solci(["watch", str(repo.path), "--once", "--queue-only"], env)  # the watcher starts at n3
+    base = shas["n3"]
+    shas["slow"] = repo.mutate_from(base, SLOW, "slow: the kernel runs twice")
+    slow = solci(["run", "--repo", str(repo.path), "--commit", shas["slow"], *MEASURE], env)
+    shas["wrong"] = repo.mutate_from(base, WRONG, "wrong: grad_weight x 1.5")
+    shas["broken"] = repo.mutate_from(base, BROKEN, "broken: syntax error")
+    shas["n4"] = repo.mutate_from(base, "", "neutral again")
+    last = solci(["watch", str(repo.path), "--once", *MEASURE], env)
+    return {"db": db, "repo": repo, "env": env, "shas": shas, "first": first, "seen": seen, "slow": slow,
+            "last": last, "wall_s": time.monotonic() - t}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_worker_and_run_exit_codes(history: dict) -> None:
+    first, seen, slow, last = history["first"], history["seen"], history["slow"], history["last"]
+    shas = history["shas"]
+    assert first.returncode == EXIT_OK, first.stderr[-3000:]
+    assert seen.returncode == EXIT_OK and "already queued or measured" in seen.stderr, seen.stderr
+    assert slow.returncode == EXIT_REGRESSED, slow.stdout[-3000:] + slow.stderr[-3000:]
+    assert "REGRESSED" in slow.stdout and "regression" in slow.stdout
+    # watch --once: the four commits since n3, in order; the slow one was measured already (not again)
+    assert last.returncode == EXIT_BROKEN, last.stderr[-3000:]
+    lines = [ln.split()[:2] for ln in last.stdout.splitlines() if ln[:40] in shas.values()]
+    expect = [[shas["slow"], "REGRESSED"], [shas["wrong"], "INCORRECT"], [shas["broken"], "CRASHED"],
+              [shas["n4"], "PASSED"]]  # fmt: skip
+    assert sorted(lines) == sorted(expect), last.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_outcomes_per_commit(history: dict) -> None:
+    db, shas = history["db"], history["shas"]
+    jobs = {j.commit: j for j in list_jobs(db)}
+    outcome = {key: jobs[sha].outcome for key, sha in shas.items()}
+    assert outcome == {"n1": "passed", "n2": "passed", "n3": "passed", "slow": "regressed",
+                       "wrong": "incorrect", "broken": "crashed", "n4": "passed"}, outcome  # fmt: skip
+    assert all(j.status == "done" and j.attempts == 1 for j in jobs.values())
+    assert "SyntaxError" in jobs[shas["broken"]].log
+    assert "incorrect" in jobs[shas["wrong"]].log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_regression_flagged_on_the_slow_commit_only(history: dict) -> None:
+    db, shas = history["db"], history["shas"]
+    with db.read() as conn:
+        rows = conn.execute("""SELECT "commit", case_name, magnitude FROM flags WHERE kind = 'regression'""").fetchall()
+        runs = dict(conn.execute("""SELECT "commit", count(*) FROM runs GROUP BY 1""").fetchall())
+    assert rows, "no regression flag at all"
+    assert {r[0] for r in rows} == {shas["slow"]}
+    assert all(r[2] > 0.5 for r in rows), rows  # about 2x slower
+    # one stored run per measured commit; the unimportable one crashed before writing a result
+    assert runs == {sha: 1 for key, sha in shas.items() if key != "broken"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_commits_own_code_is_measured(history: dict) -> None:
+    """The slow commit's kernel median is about twice the neutral ones: the worktree's code ran."""
+    db, shas = history["db"], history["shas"]
+    with db.read() as conn:
+        med = dict(conn.execute("""SELECT r."commit", x.median_us FROM runs r JOIN results x USING (run_id)
+                                   WHERE x.status = 'pass'""").fetchall())  # fmt: skip
+    assert med[shas["slow"]] > 1.6 * med[shas["n3"]]
+    assert med[shas["n4"]] < 1.5 * med[shas["n3"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_killed_worker_job_is_retried_and_stored_once(history: dict, tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    db = Database(tmp_path / "history.duckdb", lock_timeout=60)
+    repo, sha = history["repo"], history["shas"]["n3"]
+    job_id, _ = enqueue(db, str(repo.path), sha, branch="main")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ci.cli", "worker", "--interval", "0.5", *MEASURE], env=env, cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    work = tmp_path / "work"
+    try:
+        deadline = time.monotonic() + 60
+        pid_files: list[Path] = []
+        while time.monotonic() < deadline and not pid_files:
+            time.sleep(0.3)
+            pid_files = list(work.glob("gpu0-*/pid"))
+        assert pid_files, "the worker never started a measurement"
+        time.sleep(3.0)  # mid-measurement
+        assert get_job(db, job_id).status == "running"
+        measure_pid = int(pid_files[0].read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 10  # the measurement dies with its runner
+    while Path(f"/proc/{measure_pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{measure_pid}").exists() or "zombie" in _proc_state(measure_pid)
+    assert get_job(db, job_id).status == "running"  # left behind by the killed runner
+
+    again = solci(["worker", "--once", *MEASURE], env)
+    assert again.returncode == EXIT_OK, again.stderr[-3000:]
+    assert "requeued job(s)" in again.stderr
+    job = get_job(db, job_id)
+    assert (job.status, job.outcome, job.attempts) == ("done", "passed", 2)
+    with db.read() as conn:
+        n_runs = conn.execute('SELECT count(*) FROM runs WHERE "commit" = ?', [sha]).fetchone()[0]
+        n_jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    assert (n_runs, n_jobs) == (1, 1)
+    assert not list(work.glob("gpu0-*")), "the killed run's work folder was not cleaned up"
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"

@@ -1,0 +1,124 @@
+"""The job queue: enqueue idempotent per (repo, commit), claim order, one running job per gpu, recovery."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from factories import make_result
+
+from storage import jobs, queries
+from storage.db import Database, StorageError
+from storage.ingest import ingest_result
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(tmp_path / "h.duckdb", lock_timeout=5)
+
+
+def test_enqueue_is_idempotent_per_repo_and_commit(db):
+    a, created = jobs.enqueue(db, "repo", "c1", branch="main", trigger="push")
+    assert created
+    assert jobs.enqueue(db, "repo", "c1") == (a, False)
+    b, created = jobs.enqueue(db, "other-repo", "c1")
+    assert created and b != a
+    c, created = jobs.enqueue(db, "repo", "c1", force=True)
+    assert created and c not in (a, b)
+    job = jobs.get_job(db, a)
+    assert (job.repo, job.commit, job.branch, job.trigger, job.status, job.attempts) == (
+        "repo", "c1", "main", "push", "queued", 0,
+    )  # fmt: skip
+
+
+def test_done_is_not_requeued_but_failed_is(db):
+    a, _ = jobs.enqueue(db, "repo", "c1")
+    b, _ = jobs.enqueue(db, "repo", "c2")
+    ja = jobs.claim_next(db, "w", "gpu0")
+    jobs.finish(db, ja.id, status="done", outcome="passed", log="ok")
+    jb = jobs.claim_next(db, "w", "gpu0")
+    jobs.finish(db, jb.id, status="failed", outcome="build_failed", log="boom")
+    assert jobs.enqueue(db, "repo", "c1") == (a, False)
+    again, created = jobs.enqueue(db, "repo", "c2")
+    assert created and again != b
+
+
+def test_claim_order_and_one_running_job_per_gpu(db):
+    ids = [jobs.enqueue(db, "repo", f"c{i}")[0] for i in range(3)]
+    first = jobs.claim_next(db, "w1", "gpu0")
+    assert first.id == ids[0] and first.status == "running" and first.worker == "w1" and first.gpu == "gpu0"
+    assert first.attempts == 1 and first.started_at is not None
+    assert jobs.claim_next(db, "w2", "gpu0") is None  # gpu0 is busy
+    second = jobs.claim_next(db, "w2", "gpu1")
+    assert second.id == ids[1]
+    jobs.finish(db, first.id, status="done", outcome="passed", log="fine", run_id="run-1")
+    third = jobs.claim_next(db, "w1", "gpu0")
+    assert third.id == ids[2]
+    assert jobs.claim_next(db, "w1", "gpu2") is None  # queue empty
+    done = jobs.get_job(db, first.id)
+    assert (done.status, done.outcome, done.log, done.run_id) == ("done", "passed", "fine", "run-1")
+    assert done.finished_at >= done.started_at
+    assert [j.id for j in jobs.list_jobs(db)] == ids[::-1]
+    assert [j.id for j in jobs.list_jobs(db, status="running")] == [ids[2], ids[1]]
+    assert [j.id for j in jobs.list_jobs(db, limit=1)] == [ids[2]]
+
+
+def test_claim_is_atomic_across_threads(db):
+    ids = {jobs.enqueue(db, "repo", f"c{i}")[0] for i in range(8)}
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        n = 0
+        while (job := jobs.claim_next(Database(db.path), f"t{k}", f"t{k}-{n}")) is not None:
+            n += 1
+            with lock:
+                got.append(job.id)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(ids)
+
+
+def test_recover_stale_and_never_counted_twice(db):
+    a, _ = jobs.enqueue(db, "repo", "c1")
+    b, _ = jobs.enqueue(db, "repo", "c2")
+    ja = jobs.claim_next(db, "dead-runner", "gpu0")
+    jb = jobs.claim_next(db, "other-runner", "gpu1")
+    # the dead runner had stored its run before dying
+    doc = make_result(run_id="run-a", commit="c1", cases=["4,128"])
+    assert ingest_result(db, doc, job_id=ja.id)
+    assert jobs.get_job(db, a).run_id == "run-a"
+    assert queries.run_info(db, "run-a")["job_id"] == a
+
+    assert jobs.recover_stale(db, gpu="gpu0") == [a]
+    rec = jobs.get_job(db, a)
+    assert rec.status == "queued" and rec.worker is None and rec.gpu is None and "recovered" in rec.log
+    assert jobs.get_job(db, b).status == "running"  # other gpu untouched
+
+    again = jobs.claim_next(db, "new-runner", "gpu0")
+    assert again.id == a and again.attempts == 2
+    assert ingest_result(db, doc, job_id=again.id) is False  # same run_id: not counted twice
+    jobs.finish(db, a, status="done", outcome="passed", log="ok")
+    assert len(queries.runs(db)) == 1
+    assert jobs.get_job(db, a).run_id == "run-a"
+
+    assert jobs.recover_stale(db) == [jb.id]
+    assert jobs.recover_stale(db) == []
+
+
+def test_finish_checks_its_arguments(db):
+    a, _ = jobs.enqueue(db, "repo", "c1")
+    with pytest.raises(ValueError, match="status"):
+        jobs.finish(db, a, status="queued", outcome="passed", log="")
+    with pytest.raises(ValueError, match="outcome"):
+        jobs.finish(db, a, status="done", outcome="great", log="")
+    with pytest.raises(StorageError, match="no job"):
+        jobs.finish(db, 999, status="done", outcome="passed", log="")
+    with pytest.raises(ValueError):
+        jobs.list_jobs(db, status="bogus")
+    assert jobs.JOB_STATUSES == ("queued", "running", "done", "failed")

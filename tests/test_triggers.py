@@ -1,0 +1,208 @@
+"""Triggers: `solci watch` (local path and remote URL), git hooks, `solci enqueue`, and the CLI's errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ci import watch_state
+from ci.gitutil import canonical_repo
+from ci.triggers import poll
+from storage.db import Database
+from storage.jobs import list_jobs
+from tests.repo_factory import PROJECT, git, git_env, make_bare, small_repo
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    e = git_env()
+    e.update(SOLCI_DB=str(tmp_path / "history.duckdb"), SOLCI_CACHE=str(tmp_path / "cache"),
+             PYTHONPATH=str(PROJECT), SOLCI_LOCK_TIMEOUT="20")  # fmt: skip
+    return e
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(tmp_path / "history.duckdb", lock_timeout=20)
+
+
+def solci(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ci.cli", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def queued(db: Database) -> list[tuple[str, str | None, str]]:
+    """(commit, branch, trigger) of every job, oldest first."""
+    return [(j.commit, j.branch, j.trigger) for j in sorted(list_jobs(db, limit=1000), key=lambda j: j.id)]
+
+
+def clone_and_remote(tmp_path: Path) -> tuple[Path, object]:
+    remote = make_bare(tmp_path / "remote.git")
+    work = small_repo(tmp_path / "work", n_commits=1)
+    git(work.path, "remote", "add", "origin", str(remote))
+    git(work.path, "push", "-q", "origin", "main")
+    return remote, work
+
+
+# ------------------------------------------------------------------------------------------------ watch
+@pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
+def test_watch_once_queues_every_pushed_commit_in_order(tmp_path: Path, env: dict, db: Database,
+                                                        as_url: bool) -> None:  # fmt: skip
+    remote, work = clone_and_remote(tmp_path)
+    target = f"file://{remote}" if as_url else str(remote)
+    first = solci(["watch", target, "--once", "--queue-only"], env, tmp_path)
+    assert first.returncode == 0, first.stderr
+    base = work.head()
+    assert [c for c, _, _ in queued(db)] == [base]  # first sight: the head only
+
+    pushed = [work.commit_file("notes.txt", f"more {i}\n", f"more {i}") for i in range(3)]
+    git(work.path, "push", "-q", "origin", "main")
+    second = solci(["watch", target, "--once", "--queue-only"], env, tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert queued(db) == [(base, "main", "watch")] + [(sha, "main", "watch") for sha in pushed]
+    assert watch_state.last_seen(db, canonical_repo(target), "main") == pushed[-1]
+
+    third = solci(["watch", target, "--once", "--queue-only"], env, tmp_path)
+    assert third.returncode == 0 and "no new commit" in third.stderr
+    assert len(queued(db)) == 4
+
+
+def test_poll_follows_a_force_push_and_backfills(tmp_path: Path, db: Database) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=4)
+    res = poll(db, str(repo.path), "main", backfill=3)
+    assert [q.commit for q in res.queued] == git(repo.path, "rev-list", "--reverse", "--max-count=3", "HEAD").split()
+    git(repo.path, "reset", "-q", "--hard", "HEAD~2")
+    new = [repo.commit_file("other.txt", f"{i}\n", f"rewrite {i}") for i in range(2)]
+    res = poll(db, str(repo.path), "main")
+    assert [q.commit for q in res.queued] == new
+    assert poll(db, str(repo.path), "main").queued == []
+
+
+def test_poll_errors(tmp_path: Path, db: Database) -> None:
+    from ci.gitutil import GitError
+
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    with pytest.raises(GitError, match="no branch 'nope'"):
+        poll(db, str(repo.path), "nope")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(GitError, match="not a git repository"):
+        poll(db, str(tmp_path / "plain"), "main")
+
+
+# ------------------------------------------------------------------------------------------------ hooks
+def test_post_receive_hook_queues_each_push(tmp_path: Path, env: dict, db: Database) -> None:
+    remote, work = clone_and_remote(tmp_path)
+    res = solci(["hooks", "install", str(remote)], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    hook = remote / "hooks" / "post-receive"
+    assert hook.exists() and os.access(hook, os.X_OK)
+    assert sys.executable in hook.read_text()
+
+    two = [work.commit_file("notes.txt", f"push1 {i}\n", f"push1 {i}") for i in range(2)]
+    push = subprocess.run(["git", "push", "origin", "main"], cwd=work.path, env=git_env(), capture_output=True,
+                          text=True)  # fmt: skip
+    assert push.returncode == 0, push.stderr
+    assert queued(db) == [(sha, "main", "hook") for sha in two]
+    one = work.commit_file("notes.txt", "push2\n", "push2")
+    git(work.path, "push", "-q", "origin", "main")
+    git(work.path, "push", "-q", "origin", "main:feature")  # a new branch: its head (already queued)
+    assert queued(db) == [(sha, "main", "hook") for sha in [*two, one]]
+
+
+def test_post_commit_hook_queues_each_commit(tmp_path: Path, env: dict, db: Database) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    hooks_dir = repo.path / ".git" / "hooks"
+    hooks_dir.mkdir(exist_ok=True)
+    marker = tmp_path / "foreign-hook-ran"
+    (hooks_dir / "post-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (hooks_dir / "post-commit").chmod(0o755)
+    for _ in range(2):  # installing twice replaces our hook, keeps the foreign one once
+        res = solci(["hooks", "install", str(repo.path)], env, tmp_path)
+        assert res.returncode == 0, res.stderr
+    assert (hooks_dir / "post-commit.pre-solci").read_text().endswith(f"touch {marker}\n")
+
+    sha = repo.commit_file("notes.txt", "hooked\n", "hooked")
+    assert queued(db) == [(sha, "main", "hook")]
+    assert marker.exists()
+
+    res = solci(["hooks", "uninstall", str(repo.path)], env, tmp_path)
+    assert res.returncode == 0
+    assert (hooks_dir / "post-commit").read_text().endswith(f"touch {marker}\n")
+    repo.commit_file("notes.txt", "not hooked\n", "not hooked")
+    assert len(queued(db)) == 1
+
+
+# ------------------------------------------------------------------------------------------------ enqueue
+def test_enqueue_ranges_and_dedup(tmp_path: Path, env: dict, db: Database) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=4)
+    shas = git(repo.path, "rev-list", "--reverse", "HEAD").split()
+    res = solci(["enqueue", str(repo.path), f"{shas[0]}..HEAD"], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [c for c, _, _ in queued(db)] == shas[1:]
+    res = solci(["enqueue", str(repo.path), "HEAD", "--branch", "main"], env, tmp_path)
+    assert "already queued" in res.stdout and len(queued(db)) == 3
+    res = solci(["enqueue", str(repo.path), "HEAD", "--force"], env, tmp_path)
+    assert len(queued(db)) == 4
+
+
+# ------------------------------------------------------------------------------------------------ errors
+def test_clear_errors(tmp_path: Path, env: dict) -> None:
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    res = solci(["run", "--repo", str(repo.path), "--commit", "deadbeef", "--executor", "local"], env, tmp_path)
+    assert res.returncode == 2 and "commit 'deadbeef' not found" in res.stderr
+    (tmp_path / "plain").mkdir()
+    res = solci(["enqueue", str(tmp_path / "plain"), "HEAD"], env, tmp_path)
+    assert res.returncode == 2 and "not a git repository" in res.stderr
+    res = solci(["hooks", "install", str(tmp_path / "missing")], env, tmp_path)
+    assert res.returncode == 2 and "no such directory" in res.stderr
+    res = solci(["sql", "DROP TABLE runs"], env, tmp_path)
+    assert res.returncode == 2 and "read-only" in res.stderr
+
+    bad = tmp_path / "corrupt.duckdb"
+    bad.write_bytes(b"not a database" * 100)
+    before = bad.read_bytes()
+    res = solci(["jobs", "--db", str(bad)], env, tmp_path)
+    assert res.returncode == 2 and "not a readable DuckDB database" in res.stderr
+    assert bad.read_bytes() == before
+
+
+def test_locked_database_is_reported(tmp_path: Path, env: dict) -> None:
+    path = tmp_path / "locked.duckdb"
+    Database(path).schema_version()
+    with Database(path).write():
+        pass
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); "
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t = time.monotonic()
+        res = solci(["jobs", "--db", str(path)], {**env, "SOLCI_LOCK_TIMEOUT": "1"}, tmp_path)
+        assert res.returncode == 2 and "another process holds" in res.stderr, res.stderr
+        assert time.monotonic() - t < 30
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_read_commands_print_tables(tmp_path: Path, env: dict, db: Database) -> None:
+    from storage.ingest import ingest_result
+    from tests.factories import make_result
+
+    ingest_result(db, make_result(commit="a" * 40, cases=["1,256"]))
+    for args, expect in (
+        (["history"], "B1_S256"), (["history", "--case", "1,256", "--limit", "5"], "aaaaaaaaaaaa"),
+        (["flags"], "no flags"), (["records"], "published"), (["jobs"], "no jobs"),
+        (["sql", "SELECT count(*) AS n FROM runs"], "n"),
+    ):  # fmt: skip
+        res = solci(args, env, tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert expect in res.stdout, (args, res.stdout)
