@@ -2,7 +2,7 @@
 # Make a Docker engine and the solci images available on this machine. Idempotent: each step is skipped
 # when its result is already there. Used by CI before the Docker tests; safe to run by hand.
 #
-#   docker/ci_setup.sh            # apt-installs docker.io + debootstrap if missing, starts dockerd,
+#   docker/ci_setup.sh            # apt-installs docker.io, debootstrap, docker-compose if missing, starts dockerd,
 #                                 # builds solci-base:bookworm and solci-deps:latest if missing
 #
 # Environment: SOLCI_SKIP_IMAGES=1 only makes sure an engine answers; everything build_base_image.sh reads
@@ -15,6 +15,7 @@ if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)  # v1.29: validates docker-compose.yml
 if [ ${#missing[@]} -gt 0 ]; then
   echo "ci_setup: installing ${missing[*]}"
   $sudo apt-get update -qq

@@ -415,10 +415,16 @@ def _launch(
         return
     lead = (None,) * 5 if descs is None else tuple(_LightDesc(t) for t, _ in descs)
     stream = torch.cuda.current_stream(device).cuda_stream
-    compiled.run(  # type: ignore[attr-defined]
+    launch = functools.partial(
+        compiled.run,  # type: ignore[attr-defined]
         grid0, 1, 1, stream, compiled.function, compiled.packed_metadata,  # type: ignore[attr-defined]
         None, None, None, *lead, *args, *constexprs,
     )
+    if device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):  # the compiled function belongs to that device's context
+            launch()
+    else:
+        launch()
 
 
 def _real_descs(descs: tuple | None) -> tuple:

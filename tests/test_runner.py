@@ -32,7 +32,7 @@ from ci.runner import (
 from storage.db import Database
 from storage.jobs import claim_next, enqueue, get_job, list_jobs
 from tests.factories import make_result
-from tests.repo_factory import BROKEN, PROJECT, SLOW, WRONG, make_project_repo, small_repo
+from tests.repo_factory import BROKEN, PROJECT, SLOW, WRONG, git, make_project_repo, small_repo
 
 # Interpreter timings are real, and noisy when the machine is busy (single samples up to 3x): six samples a
 # run, and a regression must be > 50% slower here; the slow commit is about 2x.
@@ -326,3 +326,19 @@ def _proc_state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return "zombie"
+
+
+@pytest.mark.timeout(120)
+def test_local_executor_timeout_kills_and_cleans_up(tmp_path: Path) -> None:
+    from ci.executors.local import LocalExecutor
+
+    repo = make_project_repo(tmp_path / "repo")
+    ex = LocalExecutor(gpu="gpu7", work_root=tmp_path / "work")
+    opts = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=50, timeout=4)
+    t = time.monotonic()
+    res = ex.execute(repo.path, repo.head(), branch="main", repo=str(repo.path), options=opts)
+    assert res.status == "timed_out" and res.doc is None, res.log[-2000:]
+    assert time.monotonic() - t < 30
+    assert "killed after 4 s" in res.log
+    assert not list((tmp_path / "work").iterdir())  # work folder removed
+    assert len(git(repo.path, "worktree", "list").splitlines()) == 1  # the worktree is gone
