@@ -51,34 +51,25 @@ def case_token(text: str) -> list[Case | str]:
     return out
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def _bounded(convert: type, low: float, *, strict: bool = False) -> Any:
+    """An argparse type: a number (int or float) >= low (> low when strict), with a clear message."""
+    what = "an integer" if convert is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if v < low or (strict and v == low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}, got {v}")
+        return v
+
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
-    return v
+_positive_int = _bounded(int, 1)
+_nonneg_int = _bounded(int, 0)
+_positive_float = _bounded(float, 0, strict=True)
 
 
 def _impl_spec(text: str) -> str:

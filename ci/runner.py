@@ -18,8 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,21 +41,10 @@ def exit_code_for(outcomes: list[str]) -> int:
 
 
 def claim_job(db: Any, job_id: int, worker: str, gpu: str) -> Any:
-    """Move one given queued job to running on ``gpu`` (``claim_next`` for a chosen job, as ``solci run``
-    needs); None when the job is no longer queued or the slot already runs a job."""
-    from storage.jobs import Job
+    """Move one given queued job to running on ``gpu``; None when it is no longer queued or the slot is busy."""
+    from storage.jobs import claim_next
 
-    columns = ", ".join(f'"{f.name}"' for f in fields(Job))
-    now = datetime.now(UTC).replace(tzinfo=None)
-    with db.transaction() as conn:
-        if conn.execute("SELECT 1 FROM jobs WHERE status = 'running' AND gpu = ?", [gpu]).fetchone():
-            return None
-        row = conn.execute(
-            f"""UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL,
-                    worker = ?, gpu = ? WHERE id = ? AND status = 'queued' RETURNING {columns}""",
-            [now, worker, gpu, job_id],
-        ).fetchone()
-    return Job(*row) if row else None
+    return claim_next(db, worker, gpu, job_id=job_id)
 
 
 def default_worker_name() -> str:

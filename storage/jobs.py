@@ -77,19 +77,23 @@ def enqueue(
         return int(row[0]), True
 
 
-def claim_next(db: Database, worker: str, gpu: str = "gpu0") -> Job | None:
-    """Atomically move the oldest queued job to running on ``gpu``; None when the queue is empty or the gpu
-    already runs a job (one running job per gpu)."""
+def claim_next(db: Database, worker: str, gpu: str = "gpu0", *, job_id: int | None = None) -> Job | None:
+    """Atomically move the oldest queued job (or, with ``job_id``, that job: what ``solci run`` needs) to
+    running on ``gpu``; None when there is none queued or the gpu already runs a job (one running job per gpu)."""
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM jobs WHERE status = 'running' AND gpu = ?", [gpu]).fetchone():
             return None
-        row = conn.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY enqueued_at, id LIMIT 1").fetchone()
-        if row is None:
-            return None
+        if job_id is None:
+            first = conn.execute(
+                "SELECT id FROM jobs WHERE status = 'queued' ORDER BY enqueued_at, id LIMIT 1"
+            ).fetchone()
+            if first is None:
+                return None
+            job_id = first[0]
         row = conn.execute(
             f"""UPDATE jobs SET status = 'running', attempts = attempts + 1, started_at = ?, finished_at = NULL,
                     worker = ?, gpu = ? WHERE id = ? AND status = 'queued' RETURNING {_COLUMNS}""",
-            [_now(), worker, gpu, row[0]],
+            [_now(), worker, gpu, job_id],
         ).fetchone()
         return _job(row) if row else None
 
