@@ -6,7 +6,8 @@ protocol that started before it: Mann-Whitney U (two-sided) must give p < ``alph
 differ by more than ``min_effect`` (relative). Changes within noise get no flag. Flags:
 
 - ``regression`` / ``improvement``: slower / faster beyond noise; magnitude = new median / baseline median - 1;
-- ``new_record``: the run beat the project's best (a "record broken" event written at ingest);
+- ``new_record``: the run beat the project's best by at least ``min_effect`` (from the "record broken" events
+  written at ingest, which follow every faster run);
 - ``incorrect``: a case that failed the correctness check; ``error``: a case that errored or timed out.
 
 For the suite, one suite sample per timed iteration i is the geometric mean over the cases of their i-th
@@ -134,10 +135,14 @@ def evaluate(
     return out
 
 
-def _record_flags(run: dict, events: pd.DataFrame) -> list[dict]:
+def _record_flags(run: dict, events: pd.DataFrame, min_effect: float) -> list[dict]:
+    """A flag per "record broken" event that beats the previous best by at least ``min_effect``: the record
+    table follows every faster run, but a flag for a 0.3 % "record" would only repeat the noise."""
     out = []
     for ev in events.itertuples(index=False):
         rel = ev.new_us / ev.previous_us - 1.0
+        if -rel < min_effect:
+            continue
         label = "suite (geomean)" if ev.case == SUITE else ev.case
         where = f"{ev.hardware}, protocol {ev.protocol}"
         msg = (
@@ -159,7 +164,7 @@ def judge_run(
     if run is None:
         raise StorageError(f"{db.path}: no run {run_id!r} to judge")
     result = evaluate(run, own, base, min_effect=min_effect, alpha=alpha)
-    result += _record_flags(run, queries.record_events(db, run_id))
+    result += _record_flags(run, queries.record_events(db, run_id), min_effect)
     now = datetime.now(UTC).replace(tzinfo=None)
     with db.transaction() as conn:
         conn.execute("DELETE FROM flags WHERE run_id = ?", [run_id])
