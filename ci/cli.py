@@ -8,7 +8,7 @@ import sys
 
 # Each module defines ``register(subparsers) -> None``; a subcommand sets ``func(args) -> int``.
 COMMAND_MODULES = (
-    "kernel.bench",  # solci bench
+    "kernel.bench_cli",  # solci bench
     "ci.measure",  # solci measure
     "ci.commands",  # solci run / watch / hooks / history / flags / sql / records / worker
     "dashboard.commands",  # solci dashboard / solci up (the main job)

@@ -308,7 +308,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from storage.queries import history
 
-    df = history(_db(args), case=args.case, hardware=args.hardware, protocol=args.protocol, limit=args.limit)
+    limit = args.limit if args.limit and args.limit > 0 else None
+    df = history(_db(args), case=args.case, hardware=args.hardware, protocol=args.protocol, limit=limit)
     if not df.empty:
         df = df.assign(commit=df["commit"].str[:12], run_id=df["run_id"].str[:8])
         cols = ["started_at", "commit", "branch", "run_id", "hardware", "case", "status", "median_us",
@@ -427,7 +428,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--case", help="one case, e.g. 4,128 or B4_S128 (__suite__: the geometric mean)")
     p.add_argument("--hardware", help="hardware label or GPU model, e.g. H200")
     p.add_argument("--protocol", help="protocol hash or name")
-    p.add_argument("--limit", type=int, help="only the most recent N runs")
+    p.add_argument("--limit", type=int, default=20,
+                   help="only the most recent N runs (default 20; 0: all, which can be long)")  # fmt: skip
     _add_db(p)
     p.set_defaults(func=cmd_history)
 

@@ -1,15 +1,30 @@
-"""The fused Triton backward of the attention output projection with reshape."""
+"""The fused Triton backward of the attention output projection with reshape.
 
-from kernel.attn_output_proj_backward import attn_output_proj_backward, kernel_config
-from kernel.configs import KernelConfig, config_for
-from kernel.reference import attn_output_proj_backward_eager, attn_output_proj_backward_ref, two_matmuls
+The public names load lazily, so that ``kernel.workload`` (the facts: cases, tolerances, SOL model) can be
+imported without torch and Triton, which keeps the ``solci`` commands that only read the history fast.
+"""
 
-__all__ = [
-    "KernelConfig",
-    "attn_output_proj_backward",
-    "attn_output_proj_backward_eager",
-    "attn_output_proj_backward_ref",
-    "config_for",
-    "kernel_config",
-    "two_matmuls",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "attn_output_proj_backward": "kernel.attn_output_proj_backward",
+    "kernel_config": "kernel.attn_output_proj_backward",
+    "KernelConfig": "kernel.configs",
+    "config_for": "kernel.configs",
+    "attn_output_proj_backward_ref": "kernel.reference",
+    "attn_output_proj_backward_eager": "kernel.reference",
+    "two_matmuls": "kernel.reference",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kernel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -33,8 +33,6 @@ from kernel.reference import (
 )
 from kernel.workload import (
     CASES,
-    TIMED_ITERS,
-    WARMUP_ITERS,
     Case,
     geomean,
     gpu_model,
@@ -231,23 +229,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["correct"] for r in rows) else 1
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cases", nargs="*", help="'all' (default) or B,S pairs such as 4,128")
-    p.add_argument("--warmup", type=int, default=WARMUP_ITERS)
-    p.add_argument("--iters", type=int, default=TIMED_ITERS)
-    p.add_argument("--csv", help="also write the table as CSV here")
-    p.add_argument("--sweep", action="store_true", help="time candidate configurations per M bucket")
-    p.add_argument("--save", help="with --sweep: write the fastest configuration per bucket to this JSON file")
-    p.add_argument("--configs", help="time with the configurations of this JSON file (from --sweep --save)")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="GPU benchmark: kernel vs eager vs cuBLAS, T_SOL and score")
-    add_arguments(p)
-    p.set_defaults(func=run)
-
-
 if __name__ == "__main__":
+    from kernel.bench_cli import add_arguments
+
     parser = argparse.ArgumentParser(prog="python -m kernel.bench", description=__doc__)
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))
