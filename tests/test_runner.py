@@ -259,8 +259,12 @@ def test_regression_flagged_on_the_slow_commit_only(history: dict) -> None:
     assert rows, "no regression flag at all"
     assert {r[0] for r in rows} == {shas["slow"]}
     assert all(r[2] > 0.5 for r in rows), rows  # about 2x slower
-    # one stored run per measured commit; the unimportable one crashed before writing a result
-    assert runs == {sha: 1 for key, sha in shas.items() if key != "broken"}
+    # one stored run per measured commit; the unimportable one is stored too, every case an error
+    assert runs == {sha: 1 for sha in shas.values()}
+    with db.read() as conn:
+        broken = conn.execute("""SELECT DISTINCT x.status FROM runs r JOIN results x USING (run_id)
+                                 WHERE r."commit" = ?""", [shas["broken"]]).fetchall()  # fmt: skip
+    assert broken == [("error",)]
 
 
 @pytest.mark.slow
