@@ -395,7 +395,9 @@ def register(subparsers: Any) -> None:
         default=0,
         help="first poll of a branch: queue this many commits up to its head (default: head only)",
     )
-    p.add_argument("--max-commits", type=int, default=100, help="most new commits queued by one poll (100)")
+    p.add_argument("--max-commits", type=int, default=None,
+                   help="queue at most the N newest new commits per poll, leaving older ones out "
+                        "(default: no cap, every commit is queued)")  # fmt: skip
     _add_db(p)
     _add_runner_options(p)
     p.set_defaults(func=cmd_watch)

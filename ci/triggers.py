@@ -31,7 +31,7 @@ from ci.gitutil import (
     resolve_commit,
 )
 
-DEFAULT_MAX_COMMITS = 100
+DEFAULT_MAX_COMMITS: int | None = None  # no cap: every commit of a push is queued
 
 
 @dataclass
@@ -73,7 +73,7 @@ def poll(
     branch: str = "main",
     *,
     backfill: int = 0,
-    max_commits: int = DEFAULT_MAX_COMMITS,
+    max_commits: int | None = DEFAULT_MAX_COMMITS,
     trigger: str = "watch",
 ) -> PollResult:
     """Queue the commits of ``branch`` that are new since the last poll (oldest first); remember the head."""
@@ -95,7 +95,7 @@ def poll(
         commits = git("rev-list", "--reverse", "--first-parent", f"--max-count={count}", head, cwd=source).split()
     else:
         commits = new_commits(source, previous, head)
-    if len(commits) > max_commits:
+    if max_commits is not None and len(commits) > max_commits:
         result.skipped = len(commits) - max_commits
         commits = commits[-max_commits:]
     result.queued = enqueue_commits(db, canon, commits, branch=branch, trigger=trigger)
