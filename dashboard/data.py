@@ -1,9 +1,7 @@
 """What the dashboard reads, on top of ``storage.queries`` (every query opens a read-only connection and
 closes it at once, so runners are never kept out for long).
 
-Two reads have no function in ``storage.queries`` and are written here on ``Database.read()``:
-``protocol_names`` (hash -> name) and ``sample_spread`` (quartiles of the kernel's raw samples per run x
-case, under each run's primary protocol).
+No SQL lives here: every query is a function of ``storage.queries``.
 
 A *selection* is one hardware label and one protocol: series never mix either.
 """
@@ -87,12 +85,6 @@ def default_selection(runs: pd.DataFrame) -> Selection | None:
     return Selection(str(last["hardware"]), str(last["protocol"]))
 
 
-def protocol_names(db: Database) -> dict[str, str]:
-    """Protocol hash -> name (no query function exists for the protocols table)."""
-    with db.read() as conn:
-        return {h: n for h, n in conn.execute("SELECT hash, name FROM protocols").fetchall()}
-
-
 def protocol_label(protocol: str, names: dict[str, str]) -> str:
     name = names.get(protocol)
     short = protocol[:10]
@@ -122,26 +114,10 @@ def case_history(db: Database, sel: Selection, run_ids: list[str]) -> pd.DataFra
         return pd.DataFrame()
     hist = queries.history(db, hardware=sel.hardware, protocol=sel.protocol)
     hist = hist[hist["run_id"].isin(run_ids) & (hist["hardware"] == sel.hardware)]
-    spread = sample_spread(db, run_ids)
+    spread = queries.sample_spread(db, run_ids)
     if not spread.empty:
         hist = hist.merge(spread, on=["run_id", "case"], how="left")
     return hist.reset_index(drop=True)
-
-
-def sample_spread(db: Database, run_ids: list[str]) -> pd.DataFrame:
-    """Quartiles, min, max and count of the kernel's raw samples per run x case (primary protocol)."""
-    if not run_ids:
-        return pd.DataFrame(columns=["run_id", "case", "q25_us", "q75_us", "min_us", "max_us", "n"])
-    with db.read() as conn:
-        return conn.execute(
-            """SELECT s.run_id, s.case_name AS "case",
-                      list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
-                      list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us,
-                      s.min_us, s.max_us, s.n
-               FROM samples s JOIN runs r ON r.run_id = s.run_id AND s.protocol = r.protocol
-               WHERE s.impl = 'kernel' AND s.run_id IN (SELECT unnest(?::VARCHAR[]))""",
-            [list(run_ids)],
-        ).df()
 
 
 def selected_flags(db: Database, runs: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import streamlit as st
 from dashboard import charts, data
 from dashboard.data import Selection
 from kernel.workload import geomean
+from storage import queries
 
 ALL_BRANCHES = "(all)"
 TABS = ("History", "Flags", "SOL and records", "Runs and jobs")
@@ -31,7 +32,7 @@ def _jobs(path: str, token: tuple) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _protocol_names(path: str, token: tuple) -> dict[str, str]:
-    return data.protocol_names(data.open_db(path))
+    return queries.protocol_names(data.open_db(path))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -273,9 +273,10 @@ _ALLOCATOR_SET = False
 _WORKSPACES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _split_workspace(device: torch.device, cfg: KernelConfig, n_tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    cuda = device.type == "cuda"
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream) if cuda else (None, None)
+def _split_workspace(
+    device: torch.device, stream: int | None, cfg: KernelConfig, n_tiles: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (device.index, stream)
     need = n_tiles * cfg.ga_split * cfg.ga_bm * cfg.ga_bn if cfg.ga_split > 1 else 1
     ws, cnt = _WORKSPACES.get(key, (None, None))
     if ws is None or ws.numel() < need or cnt.numel() < n_tiles:
@@ -339,7 +340,8 @@ def attn_output_proj_backward(
     ga_work = cfg.ga_bm * cfg.ga_bn * HIDDEN // cfg.ga_split
     gw_work = cfg.gw_bm * cfg.gw_bn * triton.cdiv(m, cfg.bk) * cfg.bk
     ga_first = ga_work >= gw_work
-    ws, cnt = _split_workspace(device, cfg, n_ga_tiles)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    ws, cnt = _split_workspace(device, stream, cfg, n_ga_tiles)
 
     grid0 = min(n_tiles, _num_programs(device, cfg))
     fp32_dot = device.type != "cuda"
@@ -358,7 +360,7 @@ def attn_output_proj_backward(
         if cfg.use_tma:
             _ensure_allocator()
         descs = None
-    _launch(device, grid0, descs, (go2, w2, x2, gw, ga, ws, cnt, m, s, n_ga_m, n_gw_m), constexprs, cfg)
+    _launch(device, stream, grid0, descs, (go2, w2, x2, gw, ga, ws, cnt, m, s, n_ga_m, n_gw_m), constexprs, cfg)
     return ga, gw
 
 
@@ -395,7 +397,8 @@ _CONSTEXPR_NAMES = (
 
 
 def _launch(
-    device: torch.device, grid0: int, descs: tuple | None, args: tuple, constexprs: tuple, cfg: KernelConfig
+    device: torch.device, stream: int | None, grid0: int, descs: tuple | None, args: tuple, constexprs: tuple,
+    cfg: KernelConfig,
 ) -> None:
     if device.type != "cuda":  # the interpreter
         full = _real_descs(descs) + args
@@ -414,7 +417,6 @@ def _launch(
             )
         return
     lead = (None,) * 5 if descs is None else tuple(_LightDesc(t) for t, _ in descs)
-    stream = torch.cuda.current_stream(device).cuda_stream
     launch = functools.partial(
         compiled.run,  # type: ignore[attr-defined]
         grid0, 1, 1, stream, compiled.function, compiled.packed_metadata,  # type: ignore[attr-defined]

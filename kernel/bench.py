@@ -24,7 +24,7 @@ import torch
 from ci.timing import Protocol, Timer, make_protocols
 from kernel.attn_output_proj_backward import attn_output_proj_backward, kernel_config
 from kernel.configs import M_BUCKETS, KernelConfig, bucket_for
-from kernel.correctness import check_output
+from kernel.correctness import check_output, poisoned_outputs
 from kernel.reference import (
     attn_output_proj_backward_eager,
     attn_output_proj_backward_ref,
@@ -68,8 +68,7 @@ def time_impl(timer: Timer, protocol: Protocol, fn: Impl, case: Case, with_out: 
 def check_case(case: Case, device: torch.device, config: KernelConfig | None = None) -> tuple[bool, str]:
     """One round of the benchmark's correctness rule with NaN-poisoned outputs; (ok, summary)."""
     go, x, w = make_inputs(case.batch_size, case.seq_len, device)
-    ga = torch.full((case.batch_size, 32, case.seq_len, 64), float("nan"), dtype=go.dtype, device=device)
-    gw = torch.full((2048, 2048), float("nan"), dtype=go.dtype, device=device)
+    ga, gw = poisoned_outputs(case.batch_size, case.seq_len, device)
     attn_output_proj_backward(go, x, w, out=(ga, gw), config=config)
     rga, rgw = attn_output_proj_backward_ref(go, x, w)
     c1, c2 = check_output(ga, rga, case.m), check_output(gw, rgw, case.m)

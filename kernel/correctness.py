@@ -6,7 +6,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kernel.workload import MATCH_FRACTION, RTOL, atol_for
+from kernel.workload import HEAD_DIM, HIDDEN, MATCH_FRACTION, NUM_HEADS, RTOL, atol_for
+
+
+def poisoned_outputs(
+    b: int, s: int, device: torch.device | str, dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output tensors filled with NaN, to pass as ``out=``: an element the kernel does not write stays NaN."""
+    ga = torch.full((b, NUM_HEADS, s, HEAD_DIM), float("nan"), dtype=dtype, device=device)
+    gw = torch.full((HIDDEN, HIDDEN), float("nan"), dtype=dtype, device=device)
+    return ga, gw
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,28 @@ def gaps(db: Database, run_id: str | None = None) -> pd.DataFrame:
         ).df()  # fmt: skip
 
 
+def protocol_names(db: Database) -> dict[str, str]:
+    """Protocol hash -> its name."""
+    with db.read() as conn:
+        return {h: n for h, n in conn.execute("SELECT hash, name FROM protocols").fetchall()}
+
+
+def sample_spread(db: Database, run_ids: list[str]) -> pd.DataFrame:
+    """Quartiles, min, max and count of the kernel's raw samples per run x case (each run's primary protocol)."""
+    if not run_ids:
+        return pd.DataFrame(columns=["run_id", "case", "q25_us", "q75_us", "min_us", "max_us", "n"])
+    with db.read() as conn:
+        return conn.execute(
+            """SELECT s.run_id, s.case_name AS "case",
+                      list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
+                      list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us,
+                      s.min_us, s.max_us, s.n
+               FROM samples s JOIN runs r ON r.run_id = s.run_id AND s.protocol = r.protocol
+               WHERE s.impl = 'kernel' AND s.run_id IN (SELECT unnest(?::VARCHAR[]))""",
+            [list(run_ids)],
+        ).df()
+
+
 def run_sql(db: Database, query: str) -> pd.DataFrame:
     """Run read-only SQL (SELECT, EXPLAIN, PRAGMA, CALL; several statements: the last one's result) on a
     read-only connection. Anything else (INSERT, UPDATE, CREATE, COPY, ATTACH, SET ...) is refused."""

@@ -123,8 +123,7 @@ def test_kernel_variants_match_reference_twice(overrides: dict) -> None:
     from dataclasses import replace
 
     from kernel import attn_output_proj_backward_ref
-    from kernel.correctness import check_output
-    from tests.kernel_checks import poisoned_outputs
+    from kernel.correctness import check_output, poisoned_outputs
 
     b, s = 2, 37
     go, x, w = make_inputs(b, s, "cpu", generator=torch.Generator().manual_seed(5))

@@ -357,3 +357,22 @@ def test_nested_transactions_join_the_outer_one(db):
         jobs.enqueue(db, "repo", "c1")
         ingest_result(db, make_result(run_id="r1", cases=FEW))
     assert count(db, "jobs") == 1 and count(db, "runs") == 1
+
+
+def test_sample_spread_and_protocol_names(db):
+    import numpy as np
+
+    doc = make_result(run_id="spread", commit="c1")
+    ingest_result(db, doc)
+    spread = queries.sample_spread(db, ["spread"])
+    assert len(spread) == len(doc["cases"])
+    for case in doc["cases"]:
+        samples = next(t["samples_us"] for t in case["timings"]
+                       if t["impl"] == "kernel" and t["protocol"] == doc["protocol"])  # fmt: skip
+        row = spread[spread["case"] == case["case"]].iloc[0]
+        assert row["q25_us"] == pytest.approx(np.quantile(samples, 0.25))
+        assert row["q75_us"] == pytest.approx(np.quantile(samples, 0.75))
+        assert row["n"] == len(samples)
+    assert queries.sample_spread(db, []).empty
+    names = queries.protocol_names(db)
+    assert names[doc["protocol"]] == next(p["name"] for p in doc["protocols"] if p["hash"] == doc["protocol"])
