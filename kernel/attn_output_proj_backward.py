@@ -3,9 +3,10 @@
 grad_attn_output = (grad_output @ weight) viewed (B, S, 32, 64) and stored as (B, 32, S, 64)
 grad_weight      = grad_output(M, 2048).T @ reshaped(M, 2048),   M = B * S
 
-The tiles of both products share one tile space; the longer kind of tile is scheduled first (for small M the
-K=2048 tiles of grad_attn_output, for large M the K=M tiles of grad_weight), so the short tiles fill in the tail.
-Accumulation is float32. grad_attn_output is written straight into the (B, H, S, D) layout by the epilogue.
+The tiles of both products share one tile space. The host picks the schedule per call (kernel/schedule.py):
+either every program walks the whole space, longer kind of tile first, or the programs are partitioned so that
+some run only grad_attn_output tiles and the others only grad_weight tiles, in the proportion that balances their
+work. Accumulation is float32. grad_attn_output is written straight into the (B, H, S, D) layout by the epilogue.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernel.configs import KernelConfig, bucket_for, config_for, interpreter_active
+from kernel.schedule import plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
 
@@ -33,8 +35,9 @@ def _tile_coords(tile, n_m, n_n, GROUP: tl.constexpr):
     return pid_m, pid_n
 
 
-# M, S and the tile counts vary per call: not specialising them keeps one compiled kernel per configuration.
-@triton.jit(do_not_specialize=["M", "S", "n_ga_m", "n_gw_m"])
+# M, S, the tile counts and the partition vary per call: not specialising them keeps one compiled kernel per
+# configuration.
+@triton.jit(do_not_specialize=["M", "S", "n_ga_m", "n_gw_m", "P_GA"])
 def _fused_bwd_kernel(
     go_a,  # grad_output as the A operand of grad_attn (desc [GA_BM, BK] or pointer)
     w_b,  # weight as the B operand of grad_attn (desc [BK, GA_BN] or pointer)
@@ -43,10 +46,10 @@ def _fused_bwd_kernel(
     gw_out,  # grad_weight (desc [GW_BM, GW_BN] or pointer)
     go_ptr, w_ptr, x_ptr, gw_ptr,  # raw pointers (used when USE_TMA is off)
     ga_ptr,  # grad_attn_output, contiguous (B, H, S, D)
-    ws_ptr, cnt_ptr,  # split-K of grad_attn_output: fp32 partial tiles and per-tile arrival counters
     M, S,
     n_ga_m, n_gw_m,
-    GA_FIRST: tl.constexpr, SPLIT_K: tl.constexpr, TMA_STORE: tl.constexpr, WS: tl.constexpr,
+    P_GA,  # programs that run only grad_attn_output tiles (0: every program walks the whole tile space)
+    GA_FIRST: tl.constexpr, TMA_STORE: tl.constexpr, WS: tl.constexpr,
     HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr,
     GA_BM: tl.constexpr, GA_BN: tl.constexpr, GW_BM: tl.constexpr, GW_BN: tl.constexpr, BK: tl.constexpr,
     GROUP: tl.constexpr, USE_TMA: tl.constexpr, DEVICE_DESC: tl.constexpr, FP32_DOT: tl.constexpr,
@@ -59,12 +62,23 @@ def _fused_bwd_kernel(
         gw_out = tl.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM, GW_BN])
     n_ga_n: tl.constexpr = HID // GA_BN
     n_gw_n: tl.constexpr = HID // GW_BN
-    n_ga = n_ga_m * n_ga_n * SPLIT_K  # work units: (tile, K slice)
+    n_ga = n_ga_m * n_ga_n
     n_gw = n_gw_m * n_gw_n
     total = n_ga + n_gw
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    for t in range(pid, total, nprog):
+    # The units of the tile space, longer kind first (GA_FIRST: grad_attn tiles are units 0 .. n_ga-1). With a
+    # partition (P_GA > 0, GA_FIRST) programs below P_GA stride over the grad_attn units only and the others over
+    # the grad_weight units; without one every program strides over all of them.
+    if pid < P_GA:
+        first = pid
+        stop = n_ga
+        step = P_GA
+    else:
+        first = pid - P_GA + tl.where(P_GA > 0, n_ga, 0)
+        stop = total
+        step = nprog - P_GA
+    for t in range(first, stop, step):
         if GA_FIRST:
             is_ga = t < n_ga
             local = tl.where(is_ga, t, t - n_ga)
@@ -72,17 +86,14 @@ def _fused_bwd_kernel(
             is_ga = t >= n_gw
             local = tl.where(is_ga, t - n_gw, t)
         if is_ga:
-            # ---- grad_attn_output tile (one K slice of it when SPLIT_K > 1): rows of M x columns of 2048
-            tile_id = local // SPLIT_K
-            kslice = local - tile_id * SPLIT_K
-            am, an = _tile_coords(tile_id, n_ga_m, n_ga_n, GROUP)
+            # ---- grad_attn_output tile: rows of M x columns of 2048, K = 2048
+            am, an = _tile_coords(local, n_ga_m, n_ga_n, GROUP)
             off_m = am * GA_BM
             off_n = an * GA_BN
             rows = off_m + tl.arange(0, GA_BM)
             cols = off_n + tl.arange(0, GA_BN)
             acc_a = tl.zeros((GA_BM, GA_BN), dtype=tl.float32)
-            k_lo = kslice * (HID // SPLIT_K)
-            for k in tl.range(k_lo, k_lo + HID // SPLIT_K, BK, warp_specialize=WS):
+            for k in tl.range(0, HID, BK, warp_specialize=WS):
                 if USE_TMA:
                     a_a = go_a.load([off_m, k])
                     b_a = w_b.load([k, off_n])
@@ -95,32 +106,14 @@ def _fused_bwd_kernel(
                     acc_a = tl.dot(a_a.to(tl.float32), b_a.to(tl.float32), acc_a, input_precision="ieee")
                 else:
                     acc_a = tl.dot(a_a, b_a, acc_a)
-            finish = True
-            if SPLIT_K > 1:
-                # Stream-K style fix-up: every slice writes its fp32 partial; the last to arrive sums the others
-                # into its own and stores the tile. The counter is reset by that last one, so the workspace
-                # needs no clearing between calls.
-                tile_elems: tl.constexpr = GA_BM * GA_BN
-                loc = tl.arange(0, GA_BM)[:, None] * GA_BN + tl.arange(0, GA_BN)[None, :]
-                slot = ws_ptr + tile_id.to(tl.int64) * (SPLIT_K * tile_elems)
-                tl.store(slot + kslice * tile_elems + loc, acc_a)
-                tl.debug_barrier()
-                arrived = tl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-                finish = arrived == SPLIT_K - 1
-                if finish:
-                    for other in tl.static_range(SPLIT_K):
-                        if other != kslice:
-                            acc_a += tl.load(slot + other * tile_elems + loc, cache_modifier=".cg")
-                    tl.atomic_xchg(cnt_ptr + tile_id, 0, sem="relaxed", scope="gpu")
-            if finish:
-                # epilogue: row m = b*S + s, column c = h*HD + d  ->  ((b*NH + h)*S + s)*HD + d
-                r64 = rows.to(tl.int64)
-                bi = r64 // S
-                si = r64 - bi * S
-                hi = cols // HD
-                di = cols - hi * HD
-                offs = ((bi[:, None] * NH + hi[None, :]) * S + si[:, None]) * HD + di[None, :]
-                tl.store(ga_ptr + offs, acc_a.to(ga_ptr.dtype.element_ty), mask=rows[:, None] < M)
+            # epilogue: row m = b*S + s, column c = h*HD + d  ->  ((b*NH + h)*S + s)*HD + d
+            r64 = rows.to(tl.int64)
+            bi = r64 // S
+            si = r64 - bi * S
+            hi = cols // HD
+            di = cols - hi * HD
+            offs = ((bi[:, None] * NH + hi[None, :]) * S + si[:, None]) * HD + di[None, :]
+            tl.store(ga_ptr + offs, acc_a.to(ga_ptr.dtype.element_ty), mask=rows[:, None] < M)
         else:
             # ---- grad_weight tile: (out features) x (in features), reduced over M
             wm, wn = _tile_coords(local, n_gw_m, n_gw_n, GROUP)
@@ -268,22 +261,6 @@ def _sm_count(device_index: int) -> int:
 
 
 _ALLOCATOR_SET = False
-# Split-K scratch per (device, stream): fp32 partial tiles and int32 arrival counters. The kernel leaves every
-# counter at zero when it finishes, so the buffers are reused as they are; they only grow.
-_WORKSPACES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _split_workspace(
-    device: torch.device, stream: int | None, cfg: KernelConfig, n_tiles: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (device.index, stream)
-    need = n_tiles * cfg.ga_split * cfg.ga_bm * cfg.ga_bn if cfg.ga_split > 1 else 1
-    ws, cnt = _WORKSPACES.get(key, (None, None))
-    if ws is None or ws.numel() < need or cnt.numel() < n_tiles:
-        ws = torch.empty(need, dtype=torch.float32, device=device)
-        cnt = torch.zeros(max(n_tiles, 1), dtype=torch.int32, device=device)
-        _WORKSPACES[key] = (ws, cnt)
-    return ws, cnt
 
 
 def _ensure_allocator() -> None:
@@ -330,23 +307,14 @@ def attn_output_proj_backward(
     x2 = _as_2d(reshaped)
     w2 = _as_2d(weight)
 
-    if HIDDEN % (cfg.ga_split * cfg.bk):
-        raise ValueError(f"config: ga_split={cfg.ga_split} must divide {HIDDEN} // bk={cfg.bk}")
-    n_ga_m = triton.cdiv(m, cfg.ga_bm)
-    n_ga_tiles = n_ga_m * (HIDDEN // cfg.ga_bn)
-    n_gw_m = HIDDEN // cfg.gw_bm
-    n_tiles = n_ga_tiles * cfg.ga_split + n_gw_m * (HIDDEN // cfg.gw_bn)
-    # Longest tiles first: work per tile is its area times its reduction length.
-    ga_work = cfg.ga_bm * cfg.ga_bn * HIDDEN // cfg.ga_split
-    gw_work = cfg.gw_bm * cfg.gw_bn * triton.cdiv(m, cfg.bk) * cfg.bk
-    ga_first = ga_work >= gw_work
+    if HIDDEN % cfg.bk or HIDDEN % cfg.ga_bn or HIDDEN % cfg.gw_bm or HIDDEN % cfg.gw_bn:
+        raise ValueError(f"config: bk and the tile sizes must divide {HIDDEN}: {cfg}")
+    plan = plan_schedule(m, cfg, _num_programs(device, cfg))
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    ws, cnt = _split_workspace(device, stream, cfg, n_ga_tiles)
 
-    grid0 = min(n_tiles, _num_programs(device, cfg))
     fp32_dot = device.type != "cuda"
     constexprs = (
-        ga_first, cfg.ga_split, cfg.tma_store, cfg.warp_specialize and not fp32_dot, HIDDEN, NUM_HEADS, HEAD_DIM,
+        plan.ga_first, cfg.tma_store, cfg.warp_specialize and not fp32_dot, HIDDEN, NUM_HEADS, HEAD_DIM,
         cfg.ga_bm, cfg.ga_bn, cfg.gw_bm, cfg.gw_bn, cfg.bk, cfg.group,
         cfg.use_tma, cfg.use_tma and cfg.device_desc, fp32_dot,
     )
@@ -360,7 +328,8 @@ def attn_output_proj_backward(
         if cfg.use_tma:
             _ensure_allocator()
         descs = None
-    _launch(device, stream, grid0, descs, (go2, w2, x2, gw, ga, ws, cnt, m, s, n_ga_m, n_gw_m), constexprs, cfg)
+    _launch(device, stream, plan.programs, descs, (go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga),
+            constexprs, cfg)
     return ga, gw
 
 
@@ -391,7 +360,7 @@ class _LightDesc:
 
 
 _CONSTEXPR_NAMES = (
-    "GA_FIRST", "SPLIT_K", "TMA_STORE", "WS", "HID", "NH", "HD", "GA_BM", "GA_BN", "GW_BM", "GW_BN", "BK", "GROUP",
+    "GA_FIRST", "TMA_STORE", "WS", "HID", "NH", "HD", "GA_BM", "GA_BN", "GW_BM", "GW_BN", "BK", "GROUP",
     "USE_TMA", "DEVICE_DESC", "FP32_DOT",
 )
 

@@ -147,7 +147,7 @@ def sweep_candidates() -> dict[int, list[KernelConfig]]:
 
 
 def _short(cfg: KernelConfig) -> str:
-    extra = "".join([f" split{cfg.ga_split}" if cfg.ga_split > 1 else "", "" if cfg.tma_store else " ptrstore",
+    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore",
                      " ws" if cfg.warp_specialize else ""])
     return (f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
             f"g{cfg.group}{extra}")

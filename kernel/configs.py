@@ -33,7 +33,7 @@ class KernelConfig:
     occupancy: int = 1  # persistent programs per SM
     use_tma: bool = True
     device_desc: bool = False  # build the TMA descriptors inside the kernel (less host work per launch)
-    ga_split: int = 1  # split-K of the grad_attn_output tiles (K = 2048), with an in-kernel fix-up
+    schedule: str = "auto"  # shared | partitioned | auto (kernel/schedule.py's cost model picks per M)
     tma_store: bool = True  # grad_weight tiles stored through TMA (else plain stores, saving shared memory)
     warp_specialize: bool = False  # Triton's automatic warp specialisation of the K loops (loads vs MMA)
     arch: str = "hopper"
@@ -54,9 +54,9 @@ def bucket_for(m: int) -> int:
 
 # Hopper (H100/H200, sm_90): measured on the H200, see kernel/NOTES.md.
 _HOPPER: dict[int, KernelConfig] = {
-    256: KernelConfig(64, 64, 128, 128, 128, 4, 3, warp_specialize=True),
-    512: KernelConfig(64, 128, 128, 128, 128, 4, 3, warp_specialize=True),
-    1024: KernelConfig(128, 128, 128, 128, 64, 4, 4, warp_specialize=True),
+    256: KernelConfig(64, 128, 128, 128, 64, 4, 4, warp_specialize=True),
+    512: KernelConfig(128, 128, 128, 128, 64, 4, 4, warp_specialize=True),
+    1024: KernelConfig(128, 256, 128, 256, 64, 8, 3, warp_specialize=True),
     2048: KernelConfig(128, 256, 128, 256, 64, 8, 3, warp_specialize=True),
     4096: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, warp_specialize=True),
     8192: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, warp_specialize=True),
