@@ -35,6 +35,81 @@ def _tile_coords(tile, n_m, n_n, GROUP: tl.constexpr):
     return pid_m, pid_n
 
 
+@triton.jit
+def _ga_tiles(
+    lo, step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S,
+    HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr, GA_BM: tl.constexpr, GA_BN: tl.constexpr,
+    BK: tl.constexpr, GROUP: tl.constexpr, USE_TMA: tl.constexpr, FP32_DOT: tl.constexpr,
+    WS_TILES: tl.constexpr, WS_K: tl.constexpr,
+):
+    """grad_attn_output tiles lo, lo+step, ... < n_ga: rows of M x columns of 2048, K = 2048; the epilogue writes
+    row m = b*S + s, column c = h*HD + d to ((b*NH + h)*S + s)*HD + d."""
+    n_ga_n: tl.constexpr = HID // GA_BN
+    for t in tl.range(lo, n_ga, step, warp_specialize=WS_TILES):
+        am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
+        off_m = am * GA_BM
+        off_n = an * GA_BN
+        rows = off_m + tl.arange(0, GA_BM)
+        cols = off_n + tl.arange(0, GA_BN)
+        acc = tl.zeros((GA_BM, GA_BN), dtype=tl.float32)
+        for k in tl.range(0, HID, BK, warp_specialize=WS_K):
+            if USE_TMA:
+                a = go_a.load([off_m, k])
+                b = w_b.load([k, off_n])
+            else:
+                ka = k + tl.arange(0, BK)
+                a = tl.load(go_ptr + rows[:, None].to(tl.int64) * HID + ka[None, :], mask=rows[:, None] < M, other=0.0)
+                b = tl.load(w_ptr + ka[:, None] * HID + cols[None, :])
+            if FP32_DOT:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        r64 = rows.to(tl.int64)
+        bi = r64 // S
+        si = r64 - bi * S
+        hi = cols // HD
+        di = cols - hi * HD
+        offs = ((bi[:, None] * NH + hi[None, :]) * S + si[:, None]) * HD + di[None, :]
+        tl.store(ga_ptr + offs, acc.to(ga_ptr.dtype.element_ty), mask=rows[:, None] < M)
+
+
+@triton.jit
+def _gw_tiles(
+    lo, step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M,
+    HID: tl.constexpr, GW_BM: tl.constexpr, GW_BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+    USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr, FP32_DOT: tl.constexpr,
+    WS_TILES: tl.constexpr, WS_K: tl.constexpr,
+):
+    """grad_weight tiles lo, lo+step, ... < n_gw: (out features) x (in features), reduced over the M rows."""
+    n_gw_n: tl.constexpr = HID // GW_BN
+    for t in tl.range(lo, n_gw, step, warp_specialize=WS_TILES):
+        wm, wn = _tile_coords(t, n_gw_m, n_gw_n, GROUP)
+        off_o = wm * GW_BM
+        off_i = wn * GW_BN
+        acc = tl.zeros((GW_BM, GW_BN), dtype=tl.float32)
+        for k in tl.range(0, M, BK, warp_specialize=WS_K):
+            if USE_TMA:
+                a = go_t.load([k, off_o])  # rows past M are zero-filled by the descriptor
+                b = x_b.load([k, off_i])
+            else:
+                kw = k + tl.arange(0, BK)
+                kmask = kw[:, None] < M
+                k64 = kw[:, None].to(tl.int64) * HID
+                a = tl.load(go_ptr + k64 + (off_o + tl.arange(0, GW_BM))[None, :], mask=kmask, other=0.0)
+                b = tl.load(x_ptr + k64 + (off_i + tl.arange(0, GW_BN))[None, :], mask=kmask, other=0.0)
+            if FP32_DOT:
+                acc = tl.dot(a.to(tl.float32).T, b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a.T, b, acc)
+        res = acc.to(gw_ptr.dtype.element_ty)
+        if USE_TMA and TMA_STORE:
+            gw_out.store([off_o, off_i], res)
+        else:
+            ro = off_o + tl.arange(0, GW_BM)
+            ri = off_i + tl.arange(0, GW_BN)
+            tl.store(gw_ptr + ro[:, None] * HID + ri[None, :], res)
+
+
 # M, S, the tile counts and the partition vary per call: not specialising them keeps one compiled kernel per
 # configuration.
 @triton.jit(do_not_specialize=["M", "S", "n_ga_m", "n_gw_m", "P_GA"])
@@ -60,87 +135,50 @@ def _fused_bwd_kernel(
         go_t = tl.make_tensor_descriptor(go_ptr, [M, HID], [HID, 1], [BK, GW_BM])
         x_b = tl.make_tensor_descriptor(x_ptr, [M, HID], [HID, 1], [BK, GW_BN])
         gw_out = tl.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM, GW_BN])
-    n_ga_n: tl.constexpr = HID // GA_BN
-    n_gw_n: tl.constexpr = HID // GW_BN
-    n_ga = n_ga_m * n_ga_n
-    n_gw = n_gw_m * n_gw_n
-    total = n_ga + n_gw
+    n_ga = n_ga_m * (HID // GA_BN)
+    n_gw = n_gw_m * (HID // GW_BN)
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    # The units of the tile space, longer kind first (GA_FIRST: grad_attn tiles are units 0 .. n_ga-1). With a
-    # partition (P_GA > 0, GA_FIRST) programs below P_GA stride over the grad_attn units only and the others over
-    # the grad_weight units; without one every program strides over all of them.
-    if pid < P_GA:
-        first = pid
-        stop = n_ga
-        step = P_GA
+    # Which tiles this program runs (kernel/schedule.py). Partitioned (P_GA > 0): programs below P_GA stride over
+    # the grad_attn tiles, the others over the grad_weight tiles. Shared (P_GA == 0): every program strides over
+    # the tile space [longer kind..., shorter kind...]; after its first-kind tiles it continues in the second
+    # kind at the next unit of its stride.
+    if P_GA > 0:
+        if pid < P_GA:
+            ga_lo = pid
+            ga_step = P_GA
+            gw_lo = n_gw
+            gw_step = 1
+        else:
+            ga_lo = n_ga
+            ga_step = 1
+            gw_lo = pid - P_GA
+            gw_step = nprog - P_GA
     else:
-        first = pid - P_GA + tl.where(P_GA > 0, n_ga, 0)
-        stop = total
-        step = nprog - P_GA
-    for t in range(first, stop, step):
+        n_first = n_gw
         if GA_FIRST:
-            is_ga = t < n_ga
-            local = tl.where(is_ga, t, t - n_ga)
-        else:
-            is_ga = t >= n_gw
-            local = tl.where(is_ga, t - n_gw, t)
-        if is_ga:
-            # ---- grad_attn_output tile: rows of M x columns of 2048, K = 2048
-            am, an = _tile_coords(local, n_ga_m, n_ga_n, GROUP)
-            off_m = am * GA_BM
-            off_n = an * GA_BN
-            rows = off_m + tl.arange(0, GA_BM)
-            cols = off_n + tl.arange(0, GA_BN)
-            acc_a = tl.zeros((GA_BM, GA_BN), dtype=tl.float32)
-            for k in tl.range(0, HID, BK, warp_specialize=WS):
-                if USE_TMA:
-                    a_a = go_a.load([off_m, k])
-                    b_a = w_b.load([k, off_n])
-                else:
-                    ka = k + tl.arange(0, BK)
-                    a_a = tl.load(go_ptr + rows[:, None].to(tl.int64) * HID + ka[None, :],
-                                  mask=rows[:, None] < M, other=0.0)
-                    b_a = tl.load(w_ptr + ka[:, None] * HID + cols[None, :])
-                if FP32_DOT:
-                    acc_a = tl.dot(a_a.to(tl.float32), b_a.to(tl.float32), acc_a, input_precision="ieee")
-                else:
-                    acc_a = tl.dot(a_a, b_a, acc_a)
-            # epilogue: row m = b*S + s, column c = h*HD + d  ->  ((b*NH + h)*S + s)*HD + d
-            r64 = rows.to(tl.int64)
-            bi = r64 // S
-            si = r64 - bi * S
-            hi = cols // HD
-            di = cols - hi * HD
-            offs = ((bi[:, None] * NH + hi[None, :]) * S + si[:, None]) * HD + di[None, :]
-            tl.store(ga_ptr + offs, acc_a.to(ga_ptr.dtype.element_ty), mask=rows[:, None] < M)
-        else:
-            # ---- grad_weight tile: (out features) x (in features), reduced over M
-            wm, wn = _tile_coords(local, n_gw_m, n_gw_n, GROUP)
-            off_o = wm * GW_BM
-            off_i = wn * GW_BN
-            acc_w = tl.zeros((GW_BM, GW_BN), dtype=tl.float32)
-            for k in tl.range(0, M, BK, warp_specialize=WS):
-                if USE_TMA:
-                    a_w = go_t.load([k, off_o])  # rows past M are zero-filled by the descriptor
-                    b_w = x_b.load([k, off_i])
-                else:
-                    kw = k + tl.arange(0, BK)
-                    kmask = kw[:, None] < M
-                    k64 = kw[:, None].to(tl.int64) * HID
-                    a_w = tl.load(go_ptr + k64 + (off_o + tl.arange(0, GW_BM))[None, :], mask=kmask, other=0.0)
-                    b_w = tl.load(x_ptr + k64 + (off_i + tl.arange(0, GW_BN))[None, :], mask=kmask, other=0.0)
-                if FP32_DOT:
-                    acc_w = tl.dot(a_w.to(tl.float32).T, b_w.to(tl.float32), acc_w, input_precision="ieee")
-                else:
-                    acc_w = tl.dot(a_w.T, b_w, acc_w)
-            res = acc_w.to(gw_ptr.dtype.element_ty)
-            if USE_TMA and TMA_STORE:
-                gw_out.store([off_o, off_i], res)
-            else:
-                ro = off_o + tl.arange(0, GW_BM)
-                ri = off_i + tl.arange(0, GW_BN)
-                tl.store(gw_ptr + ro[:, None] * HID + ri[None, :], res)
+            n_first = n_ga
+        second_lo = pid + tl.cdiv(tl.maximum(n_first - pid, 0), nprog) * nprog - n_first
+        ga_lo = second_lo
+        gw_lo = pid
+        if GA_FIRST:
+            ga_lo = pid
+            gw_lo = second_lo
+        ga_step = nprog
+        gw_step = nprog
+    # WS: 0 none, 1 Triton's warp specialisation of the K loops, 2 of the tile loops.
+    WS_TILES: tl.constexpr = WS == 2
+    WS_K: tl.constexpr = WS == 1
+    if GA_FIRST:
+        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD, GA_BM, GA_BN,
+                  BK, GROUP, USE_TMA, FP32_DOT, WS_TILES, WS_K)
+        _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
+                  GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
+    else:
+        _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
+                  GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
+        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD, GA_BM, GA_BN,
+                  BK, GROUP, USE_TMA, FP32_DOT, WS_TILES, WS_K)
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -313,8 +351,9 @@ def attn_output_proj_backward(
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
     fp32_dot = device.type != "cuda"
+    ws_mode = 0 if fp32_dot else (2 if cfg.ws_tiles else int(cfg.warp_specialize))
     constexprs = (
-        plan.ga_first, cfg.tma_store, cfg.warp_specialize and not fp32_dot, HIDDEN, NUM_HEADS, HEAD_DIM,
+        plan.ga_first, cfg.tma_store, ws_mode, HIDDEN, NUM_HEADS, HEAD_DIM,
         cfg.ga_bm, cfg.ga_bn, cfg.gw_bm, cfg.gw_bn, cfg.bk, cfg.group,
         cfg.use_tma, cfg.use_tma and cfg.device_desc, fp32_dot,
     )

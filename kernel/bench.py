@@ -23,7 +23,7 @@ import torch
 
 from ci.timing import Protocol, Timer, make_protocols
 from kernel.attn_output_proj_backward import attn_output_proj_backward, kernel_config
-from kernel.configs import M_BUCKETS, KernelConfig, bucket_for
+from kernel.configs import M_BUCKETS, KernelConfig, bucket_for, config_for
 from kernel.correctness import check_output, poisoned_outputs
 from kernel.reference import (
     attn_output_proj_backward_eager,
@@ -130,25 +130,33 @@ def print_table(rows: list[dict], gpu: str) -> None:
 
 
 def sweep_candidates() -> dict[int, list[KernelConfig]]:
-    """Candidate configurations per M bucket (what --sweep times). Fields: ga_bm, ga_bn, gw_bm, gw_bn, bk, warps,
-    stages; then the keywords."""
-    k = KernelConfig
-    tiny = [k(64, 64, 128, 128, 128, 4, 3), k(64, 64, 128, 128, 128, 4, 3, warp_specialize=True)]
-    small = [k(64, 128, 128, 128, 128, 4, 3), k(64, 128, 128, 128, 128, 4, 3, warp_specialize=True)]
-    mid = [k(128, 128, 128, 128, 64, 4, 4), k(128, 128, 128, 128, 64, 4, 4, warp_specialize=True),
-           k(128, 128, 128, 128, 64, 8, 3, warp_specialize=True)]
-    upper = [k(128, 256, 128, 256, 64, 8, 3), k(128, 256, 128, 256, 64, 8, 3, warp_specialize=True)]
-    large = [
-        k(128, 256, 128, 256, 64, 8, 4, group=4, tma_store=False),
-        k(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, warp_specialize=True),
-        k(128, 256, 128, 256, 64, 8, 4, group=4, tma_store=False, warp_specialize=True),
-    ]
-    return {256: tiny, 512: small, 1024: mid, 2048: upper, 4096: large, 8192: large}
+    """Candidate configurations per M bucket (what --sweep times): the Hopper table's entry, then variants of it
+    (schedule, warp specialisation, pipeline depth) and of its tile shapes."""
+    variants: tuple[dict, ...] = (
+        {}, {"schedule": "shared"}, {"schedule": "partitioned"}, {"ws_tiles": False, "warp_specialize": True},
+        {"ws_tiles": False}, {"num_stages": 4, "tma_store": False}, {"group": 4}, {"group": 16},
+    )
+    tiles: dict[int, tuple[dict, ...]] = {
+        256: ({"ga_bm": 64, "ga_bn": 64}, {"gw_bn": 256, "num_warps": 8, "num_stages": 3},
+              {"bk": 128, "num_stages": 3}, {"ga_bm": 128, "ga_bn": 64}),
+        512: ({"ga_bm": 64}, {"gw_bn": 256, "num_warps": 8, "num_stages": 3}, {"bk": 128, "num_stages": 3},
+              {"num_warps": 8, "num_stages": 3}),
+        1024: ({"ga_bn": 128, "gw_bn": 128, "num_warps": 4, "num_stages": 4},),
+        2048: ({"ga_bm": 256, "ga_bn": 128},),
+        4096: ({"ga_bm": 256, "ga_bn": 128}, {"bk": 128, "num_stages": 2}),
+        8192: ({"ga_bm": 256, "ga_bn": 128}, {"bk": 128, "num_stages": 2}),
+    }
+    out: dict[int, list[KernelConfig]] = {}
+    for bucket in M_BUCKETS:
+        base = config_for(bucket, (9, 0))
+        cands = [replace(base, **v) for v in variants + tiles[bucket]]
+        out[bucket] = list(dict.fromkeys(cands))  # distinct, in order
+    return out
 
 
 def _short(cfg: KernelConfig) -> str:
-    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore",
-                     " ws" if cfg.warp_specialize else ""])
+    ws = " wstiles" if cfg.ws_tiles else (" ws" if cfg.warp_specialize else "")
+    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore", ws])
     return (f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
             f"g{cfg.group}{extra}")
 

@@ -25,27 +25,23 @@ W = dict(warp_specialize=True)
 BIG = dict(num_warps=8, num_stages=3, **W)
 P = dict(schedule="partitioned")
 SH = dict(schedule="shared")
+T = dict(ws_tiles=True)
+NW = dict(warp_specialize=False)
+
+
+def _variants(base: K, *extra: dict) -> list[K]:
+    return [base] + [replace(base, **e) for e in extra]
+
+
 CANDIDATES: dict[int, list[K]] = {
-    256: [K(64, 64, 128, 128, 128, 4, 3, **W), K(64, 128, 128, 128, 128, 4, 3, **W, **SH),
-          K(64, 128, 128, 128, 128, 4, 3, **W, **P), K(64, 128, 128, 256, 64, **BIG, **P),
-          K(64, 128, 128, 128, 64, 4, 4, **W, **P), K(64, 64, 128, 128, 128, 4, 3, **W, **P),
-          K(64, 128, 128, 128, 128, 4, 3, **P), K(64, 128, 128, 128, 64, 8, 3, **W, **P)],
-    512: [K(64, 128, 128, 128, 128, 4, 3, **W), K(128, 128, 128, 256, 64, **BIG, **P),
-          K(128, 128, 128, 128, 64, 8, 3, **W, **P), K(128, 128, 128, 128, 64, 4, 4, **W, **P),
-          K(64, 256, 128, 256, 64, **BIG, **P), K(128, 128, 128, 256, 64, 8, 4, **W, **P)],
-    1024: [K(128, 128, 128, 128, 64, 4, 4, **W), K(128, 256, 128, 256, 64, **BIG, **P),
-           K(128, 256, 128, 256, 64, 8, 4, tma_store=False, **W, **P), K(128, 256, 128, 256, 64, 8, 3, **P),
-           K(128, 256, 128, 256, 64, **BIG, group=4, **P)],
-    2048: [K(128, 256, 128, 256, 64, **BIG), K(128, 256, 128, 256, 64, 8, 4, tma_store=False, **W),
-           K(128, 256, 128, 256, 64, **BIG, **P)],
-    4096: [K(128, 256, 128, 256, 64, group=4, tma_store=False, **BIG)],
-    8192: [K(128, 256, 128, 256, 64, group=4, tma_store=False, **BIG)],
+    m: _variants(config_for(m, (9, 0)), dict(trim=False), {}, dict(trim=False))
+    for m in (256, 512, 1024, 2048, 4096, 8192)
 }
 CASE_OF = {256: "1,256", 512: "4,128", 1024: "4,256", 2048: "4,512", 4096: "4,1024", 8192: "8,1024"}
 
 
 def label(cfg: K) -> str:
-    return _short(cfg)
+    return _short(cfg) + ("" if cfg.trim else " untrimmed")
 
 
 def main() -> int:
