@@ -43,7 +43,7 @@ def _ga_tiles(
     WS_TILES: tl.constexpr, WS_K: tl.constexpr,
 ):
     """grad_attn_output tiles lo, lo+step, ... < n_ga: rows of M x columns of 2048, K = 2048; the epilogue writes
-    row m = b*S + s, column c = h*HD + d to ((b*NH + h)*S + s)*HD + d."""
+    row m = b*S + s, column c = h*HD + d to ((b*NH + h)*S + s)*HD + d (GA_BN is a multiple of HD)."""
     n_ga_n: tl.constexpr = HID // GA_BN
     for t in tl.range(lo, n_ga, step, warp_specialize=WS_TILES):
         am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
@@ -64,13 +64,16 @@ def _ga_tiles(
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
             else:
                 acc = tl.dot(a, b, acc)
+        # ((b*NH + h)*S + s)*HD + d = (b*NH*S + s)*HD + h*S*HD + d: a row term, a head term and d, so the store
+        # is a (rows, heads, HD) block whose last axis is contiguous (vector stores, not one element at a time).
+        NHB: tl.constexpr = GA_BN // HD
         r64 = rows.to(tl.int64)
         bi = r64 // S
-        si = r64 - bi * S
-        hi = cols // HD
-        di = cols - hi * HD
-        offs = ((bi[:, None] * NH + hi[None, :]) * S + si[:, None]) * HD + di[None, :]
-        tl.store(ga_ptr + offs, acc.to(ga_ptr.dtype.element_ty), mask=rows[:, None] < M)
+        row_off = (bi * (NH - 1) * S + r64) * HD  # b*NH*S + s = b*(NH-1)*S + m
+        head_off = (off_n // HD + tl.arange(0, NHB)).to(tl.int64) * S * HD
+        offs = row_off[:, None, None] + head_off[None, :, None] + tl.arange(0, HD)[None, None, :]
+        vals = tl.reshape(acc, (GA_BM, NHB, HD)).to(ga_ptr.dtype.element_ty)
+        tl.store(ga_ptr + offs, vals, mask=(rows < M)[:, None, None])
 
 
 @triton.jit
@@ -345,8 +348,8 @@ def attn_output_proj_backward(
     x2 = _as_2d(reshaped)
     w2 = _as_2d(weight)
 
-    if HIDDEN % cfg.bk or HIDDEN % cfg.ga_bn or HIDDEN % cfg.gw_bm or HIDDEN % cfg.gw_bn:
-        raise ValueError(f"config: bk and the tile sizes must divide {HIDDEN}: {cfg}")
+    if HIDDEN % cfg.bk or HIDDEN % cfg.ga_bn or HIDDEN % cfg.gw_bm or HIDDEN % cfg.gw_bn or cfg.ga_bn % HEAD_DIM:
+        raise ValueError(f"config: bk and the tiles must divide {HIDDEN}, ga_bn be a multiple of {HEAD_DIM}: {cfg}")
     plan = plan_schedule(m, cfg, _num_programs(device, cfg))
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 

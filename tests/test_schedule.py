@@ -12,16 +12,22 @@ from kernel.schedule import Plan, plan_schedule, tile_cost
 HOPPER = (9, 0)
 
 
-def _units_per_program(plan: Plan) -> list[list[int]]:
-    """What each program of the kernel runs: the same index arithmetic as _fused_bwd_kernel's loop."""
-    total = plan.n_ga + plan.n_gw
+def _tiles_per_program(plan: Plan) -> list[tuple[list[int], list[int]]]:
+    """(grad_attn tiles, grad_weight tiles) each program runs: the same arithmetic as _fused_bwd_kernel."""
     out = []
-    for pid in range(plan.programs):
-        if pid < plan.p_ga:
-            first, stop, step = pid, plan.n_ga, plan.p_ga
+    nprog = plan.programs
+    for pid in range(nprog):
+        if plan.p_ga > 0:
+            if pid < plan.p_ga:
+                ga, gw = range(pid, plan.n_ga, plan.p_ga), range(plan.n_gw, plan.n_gw)
+            else:
+                ga, gw = range(plan.n_ga, plan.n_ga), range(pid - plan.p_ga, plan.n_gw, nprog - plan.p_ga)
         else:
-            first, stop, step = pid - plan.p_ga + (plan.n_ga if plan.p_ga else 0), total, plan.programs - plan.p_ga
-        out.append(list(range(first, stop, step)))
+            n_first = plan.n_ga if plan.ga_first else plan.n_gw
+            second_lo = pid + -(-max(n_first - pid, 0) // nprog) * nprog - n_first
+            ga_lo, gw_lo = (pid, second_lo) if plan.ga_first else (second_lo, pid)
+            ga, gw = range(ga_lo, plan.n_ga, nprog), range(gw_lo, plan.n_gw, nprog)
+        out.append((list(ga), list(gw)))
     return out
 
 
@@ -32,9 +38,10 @@ def test_every_tile_runs_exactly_once(m: int, schedule: str) -> None:
     for programs in (4, 132):
         plan = plan_schedule(m, cfg, programs)
         assert 1 <= plan.programs <= programs
-        ran = sorted(t for units in _units_per_program(plan) for t in units)
-        assert ran == list(range(plan.n_ga + plan.n_gw))
-        assert all(units for units in _units_per_program(plan)), "no program is launched idle"
+        per_program = _tiles_per_program(plan)
+        assert sorted(t for ga, _ in per_program for t in ga) == list(range(plan.n_ga))
+        assert sorted(t for _, gw in per_program for t in gw) == list(range(plan.n_gw))
+        assert all(ga or gw for ga, gw in per_program), "no program is launched idle"
         if plan.p_ga:
             assert plan.ga_first  # the kernel's partition assumes grad_attn tiles come first
         assert plan.makespan >= plan.mean * plan.programs / programs - 1e-9

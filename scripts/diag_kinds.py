@@ -1,0 +1,79 @@
+"""Device diagnostic: each kind of tile of the fused kernel alone against the matching cuBLAS GEMM alone.
+
+Usage on a GPU host: PYTHONPATH=. python3 scripts/diag_kinds.py [--ms 4096,8192]
+For each M: the fused kernel (table config and tile variants), the same launch with only its grad_weight tiles or
+only its grad_attn tiles (the other kind's tile count set to zero, so those outputs are not written and are not
+checked), and cuBLAS's grad_attn GEMM (go @ W) and grad_weight GEMM (go.T @ x) alone. CUPTI span, L2 flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from dataclasses import replace
+
+import torch
+
+import kernel.attn_output_proj_backward as kmod
+from kernel.bench import _short, _timer_and_protocols, check_case, time_impl
+from kernel.configs import config_for
+from kernel.workload import Case
+
+CASE_OF = {1024: "4,256", 2048: "4,512", 4096: "4,1024", 8192: "8,1024"}
+
+
+def only(kind: str):
+    """A plan_schedule that drops the other kind of tile (its row-block count becomes zero)."""
+    real = kmod.plan_schedule.__wrapped__
+
+    def plan(m, cfg, programs):
+        p = real(m, cfg, programs)
+        if kind == "gw":
+            return replace(p, n_ga_m=0, n_ga=0, p_ga=0)
+        return replace(p, n_gw_m=0, n_gw=0, p_ga=0)
+
+    return plan
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ms", default="4096,8192")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--base-only", action="store_true", help="only the table's configuration, no tile variants")
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    timer, protocols = _timer_and_protocols(device, 5, args.iters)
+    cupti = next(p for p in protocols if p.timer == "cupti")
+    for m in (int(v) for v in args.ms.split(",")):
+        case = Case.parse(CASE_OF[m])
+        ga_mm = lambda go, x, w: go @ w
+        gw_mm = lambda go, x, w: go.reshape(-1, 2048).t() @ x.reshape(-1, 2048)
+        t_ga = time_impl(timer, cupti, ga_mm, case, False)
+        t_gw = time_impl(timer, cupti, gw_mm, case, False)
+        print(f"M={m}: cuBLAS grad_attn {t_ga:.1f} us, grad_weight {t_gw:.1f} us, sum {t_ga + t_gw:.1f}", flush=True)
+        base = config_for(m, (9, 0))
+        variants = (replace(base, gw_bm=256, gw_bn=128), replace(base, ga_bm=256, ga_bn=128))
+        for cfg in (base,) + (() if args.base_only else variants):
+            cfg = replace(cfg, arch="hopper", bucket=m)
+            fn = functools.partial(kmod.attn_output_proj_backward, config=cfg)
+            try:
+                ok, _ = check_case(case, device, cfg)
+                full = time_impl(timer, cupti, fn, case, True)
+                parts = []
+                for kind in ("gw", "ga"):
+                    saved = kmod.plan_schedule
+                    kmod.plan_schedule = only(kind)
+                    try:
+                        parts.append(time_impl(timer, cupti, fn, case, True))
+                    finally:
+                        kmod.plan_schedule = saved
+                print(f"   {_short(cfg):<50} ok={ok} full {full:6.1f}  gw-only {parts[0]:6.1f} "
+                      f"({parts[0] / t_gw:.3f}x)  ga-only {parts[1]:6.1f} ({parts[1] / t_ga:.3f}x)", flush=True)
+            except Exception as exc:
+                print(f"   {_short(cfg):<50} x {str(exc).splitlines()[0][:100]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
