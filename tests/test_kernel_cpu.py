@@ -144,3 +144,16 @@ def test_sweep_candidates_are_valid_configs() -> None:
         for c in cands:
             assert 2048 % c.ga_bn == 0 and 2048 % c.gw_bm == 0 and 2048 % c.gw_bn == 0
             assert 2048 % c.bk == 0 and c.schedule in ("auto", "shared", "partitioned"), c
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"ga_bn": 32}, {"bk": 48}, {"gw_bn": 96}, {"schedule": "round-robin"}],
+    ids=["ga_bn-not-heads", "bk", "gw_bn", "schedule"],
+)
+def test_bad_configs_are_refused_before_launch(overrides: dict) -> None:
+    """A configuration the kernel cannot run (grad_attn tiles must cover whole heads) is a ValueError."""
+    from dataclasses import replace
+
+    go, x, w = make_inputs(1, 8, "cpu", generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="config"):
+        attn_output_proj_backward(go, x, w, config=replace(kernel_config(8, "cpu"), **overrides))
