@@ -37,9 +37,9 @@ def _tile_coords(tile, n_m, n_n, GROUP: tl.constexpr):
 
 @triton.jit
 def _ga_tiles(
-    lo, step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S,
+    lo, step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S,
     HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr, GA_BM: tl.constexpr, GA_BN: tl.constexpr,
-    BK: tl.constexpr, GROUP: tl.constexpr, USE_TMA: tl.constexpr, FP32_DOT: tl.constexpr,
+    BK: tl.constexpr, GROUP: tl.constexpr, USE_TMA: tl.constexpr, GA_TMA: tl.constexpr, FP32_DOT: tl.constexpr,
     WS_TILES: tl.constexpr, WS_K: tl.constexpr,
 ):
     """grad_attn_output tiles lo, lo+step, ... < n_ga: rows of M x columns of 2048, K = 2048; the epilogue writes
@@ -67,13 +67,19 @@ def _ga_tiles(
         # ((b*NH + h)*S + s)*HD + d = (b*NH*S + s)*HD + h*S*HD + d: a row term, a head term and d, so the store
         # is a (rows, heads, HD) block whose last axis is contiguous (vector stores, not one element at a time).
         NHB: tl.constexpr = GA_BN // HD
-        r64 = rows.to(tl.int64)
-        bi = r64 // S
-        row_off = (bi * (NH - 1) * S + r64) * HD  # b*NH*S + s = b*(NH-1)*S + m
-        head_off = (off_n // HD + tl.arange(0, NHB)).to(tl.int64) * S * HD
-        offs = row_off[:, None, None] + head_off[None, :, None] + tl.arange(0, HD)[None, None, :]
-        vals = tl.reshape(acc, (GA_BM, NHB, HD)).to(ga_ptr.dtype.element_ty)
-        tl.store(ga_ptr + offs, vals, mask=(rows < M)[:, None, None])
+        vals = tl.reshape(acc.to(ga_ptr.dtype.element_ty), (GA_BM, NHB, HD))
+        if GA_TMA:
+            # S is a multiple of GA_BM: the tile's rows are one batch's rows s0 .. s0+GA_BM, and its heads are
+            # NHB consecutive (b*NH + h) slabs of the (B*NH, S, HD) view: one asynchronous TMA store.
+            b0 = off_m // S
+            ga_out.store([b0 * NH + off_n // HD, off_m - b0 * S, 0], tl.permute(vals, (1, 0, 2)))
+        else:
+            r64 = rows.to(tl.int64)
+            bi = r64 // S
+            row_off = (bi * (NH - 1) * S + r64) * HD  # b*NH*S + s = b*(NH-1)*S + m
+            head_off = (off_n // HD + tl.arange(0, NHB)).to(tl.int64) * S * HD
+            offs = row_off[:, None, None] + head_off[None, :, None] + tl.arange(0, HD)[None, None, :]
+            tl.store(ga_ptr + offs, vals, mask=(rows < M)[:, None, None])
 
 
 @triton.jit
@@ -122,12 +128,13 @@ def _fused_bwd_kernel(
     go_t,  # grad_output as the transposed A operand of grad_weight (desc [BK, GW_BM] or pointer)
     x_b,  # reshaped as the B operand of grad_weight (desc [BK, GW_BN] or pointer)
     gw_out,  # grad_weight (desc [GW_BM, GW_BN] or pointer)
+    ga_out,  # grad_attn_output viewed (B*H, S, D) (desc [GA_BN // D, GA_BM, D]; None unless GA_TMA)
     go_ptr, w_ptr, x_ptr, gw_ptr,  # raw pointers (used when USE_TMA is off)
     ga_ptr,  # grad_attn_output, contiguous (B, H, S, D)
     M, S,
     n_ga_m, n_gw_m,
     P_GA,  # programs that run only grad_attn_output tiles (0: every program walks the whole tile space)
-    GA_FIRST: tl.constexpr, TMA_STORE: tl.constexpr, WS: tl.constexpr,
+    GA_FIRST: tl.constexpr, TMA_STORE: tl.constexpr, GA_TMA: tl.constexpr, WS: tl.constexpr,
     HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr,
     GA_BM: tl.constexpr, GA_BN: tl.constexpr, GW_BM: tl.constexpr, GW_BN: tl.constexpr, BK: tl.constexpr,
     GROUP: tl.constexpr, USE_TMA: tl.constexpr, DEVICE_DESC: tl.constexpr, FP32_DOT: tl.constexpr,
@@ -138,6 +145,9 @@ def _fused_bwd_kernel(
         go_t = tl.make_tensor_descriptor(go_ptr, [M, HID], [HID, 1], [BK, GW_BM])
         x_b = tl.make_tensor_descriptor(x_ptr, [M, HID], [HID, 1], [BK, GW_BN])
         gw_out = tl.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM, GW_BN])
+        if GA_TMA:
+            ga_out = tl.make_tensor_descriptor(ga_ptr, [(M // S) * NH, S, HD], [S * HD, HD, 1],
+                                               [GA_BN // HD, GA_BM, HD])
     n_ga = n_ga_m * (HID // GA_BN)
     n_gw = n_gw_m * (HID // GW_BN)
     pid = tl.program_id(0)
@@ -173,15 +183,15 @@ def _fused_bwd_kernel(
     WS_TILES: tl.constexpr = WS == 2
     WS_K: tl.constexpr = WS == 1
     if GA_FIRST:
-        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD, GA_BM, GA_BN,
-                  BK, GROUP, USE_TMA, FP32_DOT, WS_TILES, WS_K)
+        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD,
+                  GA_BM, GA_BN, BK, GROUP, USE_TMA, GA_TMA, FP32_DOT, WS_TILES, WS_K)
         _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
                   GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
     else:
         _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
                   GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
-        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD, GA_BM, GA_BN,
-                  BK, GROUP, USE_TMA, FP32_DOT, WS_TILES, WS_K)
+        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD,
+                  GA_BM, GA_BN, BK, GROUP, USE_TMA, GA_TMA, FP32_DOT, WS_TILES, WS_K)
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -355,8 +365,10 @@ def attn_output_proj_backward(
 
     fp32_dot = device.type != "cuda"
     ws_mode = 0 if fp32_dot else (2 if cfg.ws_tiles else int(cfg.warp_specialize))
+    # grad_attn tiles stored by TMA when every tile's rows lie in one batch (S a multiple of the tile's rows).
+    ga_tma = cfg.use_tma and cfg.ga_tma_store and s % cfg.ga_bm == 0
     constexprs = (
-        plan.ga_first, cfg.tma_store, ws_mode, HIDDEN, NUM_HEADS, HEAD_DIM,
+        plan.ga_first, cfg.tma_store, ga_tma, ws_mode, HIDDEN, NUM_HEADS, HEAD_DIM,
         cfg.ga_bm, cfg.ga_bn, cfg.gw_bm, cfg.gw_bn, cfg.bk, cfg.group,
         cfg.use_tma, cfg.use_tma and cfg.device_desc, fp32_dot,
     )
@@ -365,6 +377,7 @@ def attn_output_proj_backward(
         descs = (
             (go2, (cfg.ga_bm, cfg.bk)), (w2, (cfg.bk, cfg.ga_bn)), (go2, (cfg.bk, cfg.gw_bm)),
             (x2, (cfg.bk, cfg.gw_bn)), (gw, (cfg.gw_bm, cfg.gw_bn)),
+            (ga.view(b * NUM_HEADS, s, HEAD_DIM), (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM)) if ga_tma else None,
         )
     else:
         if cfg.use_tma:
@@ -397,12 +410,12 @@ class _LightDesc:
     def __init__(self, base: torch.Tensor) -> None:
         self.base = base
         self.shape = list(base.shape)
-        self.strides = [base.shape[1], 1]
+        self.strides = list(base.stride())
         self.padding = "zero"
 
 
 _CONSTEXPR_NAMES = (
-    "GA_FIRST", "TMA_STORE", "WS", "HID", "NH", "HD", "GA_BM", "GA_BN", "GW_BM", "GW_BN", "BK", "GROUP",
+    "GA_FIRST", "TMA_STORE", "GA_TMA", "WS", "HID", "NH", "HD", "GA_BM", "GA_BN", "GW_BM", "GW_BN", "BK", "GROUP",
     "USE_TMA", "DEVICE_DESC", "FP32_DOT",
 )
 
@@ -427,7 +440,7 @@ def _launch(
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
         return
-    lead = (None,) * 5 if descs is None else tuple(_LightDesc(t) for t, _ in descs)
+    lead = (None,) * 6 if descs is None else tuple(None if d is None else _LightDesc(d[0]) for d in descs)
     launch = functools.partial(
         compiled.run,  # type: ignore[attr-defined]
         grid0, 1, 1, stream, compiled.function, compiled.packed_metadata,  # type: ignore[attr-defined]
@@ -442,5 +455,5 @@ def _launch(
 
 def _real_descs(descs: tuple | None) -> tuple:
     if descs is None:
-        return (None,) * 5
-    return tuple(TensorDescriptor.from_tensor(t, list(block)) for t, block in descs)
+        return (None,) * 6
+    return tuple(None if d is None else TensorDescriptor.from_tensor(d[0], list(d[1])) for d in descs)

@@ -36,6 +36,7 @@ class KernelConfig:
     schedule: str = "auto"  # shared | partitioned | auto (kernel/schedule.py's cost model picks per M)
     trim: bool = True  # launch the fewest programs that keep the schedule's modelled makespan
     tma_store: bool = True  # grad_weight tiles stored through TMA (else plain stores, saving shared memory)
+    ga_tma_store: bool = False  # grad_attn tiles stored through TMA when S is a multiple of ga_bm
     warp_specialize: bool = False  # Triton's automatic warp specialisation of the K loops (loads vs MMA)
     ws_tiles: bool = False  # warp-specialise the loops over tiles instead (wins over warp_specialize when both set)
     arch: str = "hopper"
@@ -56,12 +57,12 @@ def bucket_for(m: int) -> int:
 
 # Hopper (H100/H200, sm_90): measured on the H200, see kernel/NOTES.md.
 _HOPPER: dict[int, KernelConfig] = {
-    256: KernelConfig(64, 128, 128, 128, 64, 4, 4, group=4, ws_tiles=True),
-    512: KernelConfig(128, 128, 128, 128, 64, 4, 4, group=4, ws_tiles=True),
-    1024: KernelConfig(128, 256, 128, 256, 64, 8, 3, ws_tiles=True),
-    2048: KernelConfig(128, 256, 128, 256, 64, 8, 3, ws_tiles=True),
-    4096: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, ws_tiles=True),
-    8192: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, ws_tiles=True),
+    256: KernelConfig(64, 128, 128, 128, 64, 4, 4, group=4, ws_tiles=True, ga_tma_store=True),
+    512: KernelConfig(128, 128, 128, 128, 64, 4, 4, group=4, ws_tiles=True, ga_tma_store=True),
+    1024: KernelConfig(128, 256, 128, 256, 64, 8, 3, ws_tiles=True, ga_tma_store=True),
+    2048: KernelConfig(128, 256, 128, 256, 64, 8, 3, ws_tiles=True, ga_tma_store=True),
+    4096: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, ws_tiles=True, ga_tma_store=True),
+    8192: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, ws_tiles=True, ga_tma_store=True),
 }
 # Blackwell (sm_100) is allowed the Hopper table (TMA and large tiles exist there too); not tuned.
 _BLACKWELL = _HOPPER

@@ -34,14 +34,14 @@ def _variants(base: K, *extra: dict) -> list[K]:
 
 
 CANDIDATES: dict[int, list[K]] = {
-    m: _variants(config_for(m, (9, 0)), dict(trim=False), {}, dict(trim=False))
+    m: _variants(config_for(m, (9, 0)), dict(ga_tma_store=False), {}, dict(ga_tma_store=False))
     for m in (256, 512, 1024, 2048, 4096, 8192)
 }
 CASE_OF = {256: "1,256", 512: "4,128", 1024: "4,256", 2048: "4,512", 4096: "4,1024", 8192: "8,1024"}
 
 
 def label(cfg: K) -> str:
-    return _short(cfg) + ("" if cfg.trim else " untrimmed")
+    return _short(cfg) + (" gatma" if cfg.ga_tma_store else "")
 
 
 def main() -> int:

@@ -157,3 +157,20 @@ def test_bad_configs_are_refused_before_launch(overrides: dict) -> None:
     go, x, w = make_inputs(1, 8, "cpu", generator=torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match="config"):
         attn_output_proj_backward(go, x, w, config=replace(kernel_config(8, "cpu"), **overrides))
+
+
+@pytest.mark.parametrize("b, s", [(2, 64), (1, 128), (3, 65)], ids=["tma-2x64", "tma-1x128", "fallback-3x65"])
+def test_grad_attn_tma_store_and_its_fallback(b: int, s: int) -> None:
+    """grad_attn tiles stored through a (B*H, S, D) TMA descriptor when S is a multiple of the tile's rows,
+    by the masked vector store otherwise; both against the reference with poisoned outputs."""
+    from dataclasses import replace
+
+    from kernel import attn_output_proj_backward_ref
+    from kernel.correctness import check_output, poisoned_outputs
+
+    cfg = replace(kernel_config(b * s, "cpu"), ga_tma_store=True)
+    go, x, w = make_inputs(b, s, "cpu", generator=torch.Generator().manual_seed(b * 1000 + s))
+    rga, rgw = attn_output_proj_backward_ref(go, x, w)
+    ga, gw = poisoned_outputs(b, s, "cpu")
+    attn_output_proj_backward(go, x, w, out=(ga, gw), config=cfg)
+    assert check_output(ga, rga, b * s).ok and check_output(gw, rgw, b * s).ok
