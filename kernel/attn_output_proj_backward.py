@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernel.configs import KernelConfig, bucket_for, config_for, interpreter_active
+from kernel.configs import WARP_SPECIALIZE, KernelConfig, bucket_for, config_for, interpreter_active
 from kernel.schedule import plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
@@ -179,7 +179,7 @@ def _fused_bwd_kernel(
             gw_lo = second_lo
         ga_step = nprog
         gw_step = nprog
-    # WS: 0 none, 1 Triton's warp specialisation of the K loops, 2 of the tile loops.
+    # WS: the index of the config's warp_specialize in configs.WARP_SPECIALIZE (none, k_loop, tiles).
     WS_TILES: tl.constexpr = WS == 2
     WS_K: tl.constexpr = WS == 1
     if GA_FIRST:
@@ -358,13 +358,11 @@ def attn_output_proj_backward(
     x2 = _as_2d(reshaped)
     w2 = _as_2d(weight)
 
-    if HIDDEN % cfg.bk or HIDDEN % cfg.ga_bn or HIDDEN % cfg.gw_bm or HIDDEN % cfg.gw_bn or cfg.ga_bn % HEAD_DIM:
-        raise ValueError(f"config: bk and the tiles must divide {HIDDEN}, ga_bn be a multiple of {HEAD_DIM}: {cfg}")
     plan = plan_schedule(m, cfg, _num_programs(device, cfg))
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
     fp32_dot = device.type != "cuda"
-    ws_mode = 0 if fp32_dot else (2 if cfg.ws_tiles else int(cfg.warp_specialize))
+    ws_mode = 0 if fp32_dot else WARP_SPECIALIZE.index(cfg.warp_specialize)
     # grad_attn tiles stored by TMA when every tile's rows lie in one batch (S a multiple of the tile's rows).
     ga_tma = cfg.use_tma and cfg.ga_tma_store and s % cfg.ga_bm == 0
     constexprs = (
@@ -372,12 +370,13 @@ def attn_output_proj_backward(
         cfg.ga_bm, cfg.ga_bn, cfg.gw_bm, cfg.gw_bn, cfg.bk, cfg.group,
         cfg.use_tma, cfg.use_tma and cfg.device_desc, fp32_dot,
     )
-    # Tensor descriptors: (tensor, block shape) for grad_output, weight, grad_output, reshaped, grad_weight.
+    # Tensor descriptors: (tensor, block shape[, shape it is viewed as]) for grad_output, weight, grad_output,
+    # reshaped, grad_weight and grad_attn_output viewed (B*H, S, D) (no view object is made on this hot path).
     if cfg.use_tma and not cfg.device_desc:
         descs = (
             (go2, (cfg.ga_bm, cfg.bk)), (w2, (cfg.bk, cfg.ga_bn)), (go2, (cfg.bk, cfg.gw_bm)),
             (x2, (cfg.bk, cfg.gw_bn)), (gw, (cfg.gw_bm, cfg.gw_bn)),
-            (ga.view(b * NUM_HEADS, s, HEAD_DIM), (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM)) if ga_tma else None,
+            (ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (b * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
         )
     else:
         if cfg.use_tma:
@@ -407,11 +406,20 @@ class _LightDesc:
 
     __slots__ = ("base", "padding", "shape", "strides")
 
-    def __init__(self, base: torch.Tensor) -> None:
+    def __init__(self, base: torch.Tensor, shape: tuple[int, ...] | None = None) -> None:
         self.base = base
-        self.shape = list(base.shape)
-        self.strides = list(base.stride())
+        self.shape, self.strides = _shape_strides(base, shape)
         self.padding = "zero"
+
+
+def _shape_strides(base: torch.Tensor, shape: tuple[int, ...] | None = None) -> tuple[list[int], list[int]]:
+    """Shape and strides of a contiguous ``base`` read as ``shape`` (its own shape when None)."""
+    if shape is None:
+        return list(base.shape), list(base.stride())
+    strides = [1]
+    for dim in reversed(shape[1:]):
+        strides.insert(0, strides[0] * dim)
+    return list(shape), strides
 
 
 _CONSTEXPR_NAMES = (
@@ -440,7 +448,7 @@ def _launch(
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
         return
-    lead = (None,) * 6 if descs is None else tuple(None if d is None else _LightDesc(d[0]) for d in descs)
+    lead = (None,) * 6 if descs is None else tuple(None if d is None else _LightDesc(d[0], *d[2:]) for d in descs)
     launch = functools.partial(
         compiled.run,  # type: ignore[attr-defined]
         grid0, 1, 1, stream, compiled.function, compiled.packed_metadata,  # type: ignore[attr-defined]
@@ -456,4 +464,11 @@ def _launch(
 def _real_descs(descs: tuple | None) -> tuple:
     if descs is None:
         return (None,) * 6
-    return tuple(None if d is None else TensorDescriptor.from_tensor(d[0], list(d[1])) for d in descs)
+    out = []
+    for d in descs:
+        if d is None:
+            out.append(None)
+        else:
+            shape, strides = _shape_strides(d[0], *d[2:])
+            out.append(TensorDescriptor(d[0], shape, strides, list(d[1])))
+    return tuple(out)

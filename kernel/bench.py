@@ -84,7 +84,8 @@ def bench_cases(
     model = gpu_model(torch.cuda.get_device_name(device))
     timer, protocols = _timer_and_protocols(device, warmup, iters)
     rows = []
-    for case in cases:
+    for i, case in enumerate(cases, 1):
+        print(f"bench: case {i}/{len(cases)} {case.name} (M={case.m})", file=sys.stderr, flush=True)
         cfg = (configs or {}).get(bucket_for(case.m))
         kern = functools.partial(attn_output_proj_backward, config=cfg)
         impls = (("kernel", kern, True), ("eager", attn_output_proj_backward_eager, False),
@@ -133,8 +134,9 @@ def sweep_candidates() -> dict[int, list[KernelConfig]]:
     """Candidate configurations per M bucket (what --sweep times): the Hopper table's entry, then variants of it
     (schedule, warp specialisation, pipeline depth) and of its tile shapes."""
     variants: tuple[dict, ...] = (
-        {}, {"schedule": "shared"}, {"schedule": "partitioned"}, {"ws_tiles": False, "warp_specialize": True},
-        {"ws_tiles": False}, {"num_stages": 4, "tma_store": False}, {"group": 4}, {"group": 16},
+        {}, {"schedule": "shared"}, {"schedule": "partitioned"}, {"warp_specialize": "k_loop"},
+        {"warp_specialize": "none"}, {"ga_tma_store": False}, {"trim": False}, {"num_stages": 4, "tma_store": False},
+        {"group": 4}, {"group": 8}, {"group": 16},
     )
     tiles: dict[int, tuple[dict, ...]] = {
         256: ({"ga_bm": 64, "ga_bn": 64}, {"gw_bn": 256, "num_warps": 8, "num_stages": 3},
@@ -155,8 +157,9 @@ def sweep_candidates() -> dict[int, list[KernelConfig]]:
 
 
 def _short(cfg: KernelConfig) -> str:
-    ws = " wstiles" if cfg.ws_tiles else (" ws" if cfg.warp_specialize else "")
-    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore", ws])
+    ws = {"none": "", "k_loop": " ws-k", "tiles": " ws-tiles"}.get(cfg.warp_specialize, f" ws-{cfg.warp_specialize}")
+    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore",
+                     " ga-tma" if cfg.ga_tma_store else "", "" if cfg.trim else " untrimmed", ws])
     return (f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
             f"g{cfg.group}{extra}")
 
@@ -168,12 +171,15 @@ def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = Non
     cupti = next(p for p in protocols if p.timer == "cupti")
     cands = sweep_candidates()
     best_by_bucket: dict[int, dict] = {}
-    print("\nsweep (kernel median us, CUPTI span, L2 flushed; x = failed to compile or incorrect)")
+    print("\nsweep (kernel median us per case, CUPTI span, L2 flushed; the ratio is to the two cuBLAS matmuls timed "
+          "in the same run; x = failed to compile or incorrect)")
     for bucket in M_BUCKETS:
         distinct = {c.m: c for c in cases if bucket_for(c.m) == bucket}
         bcases = list(distinct.values())
         if not bcases:
             continue
+        cublas = geomean([time_impl(timer, cupti, two_matmuls, case, False) for case in bcases])
+        print(f"  M<={bucket:<5} {'two cuBLAS matmuls':<60} {cublas:.1f}", flush=True)
         results = []
         for cfg in cands[bucket]:
             cfg = replace(cfg, arch="hopper", bucket=bucket)
@@ -187,24 +193,34 @@ def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = Non
                     times.append(time_impl(timer, cupti, fn, case, True))
                 g = geomean(times)
                 results.append((g, cfg))
-                print(f"  M<={bucket:<5} {_short(cfg):<44} {' '.join(f'{t:.1f}' for t in times)}", flush=True)
+                print(f"  M<={bucket:<5} {_short(cfg):<60} {' '.join(f'{t:.1f}' for t in times)}"
+                      f"  {g / cublas:.3f}x cuBLAS", flush=True)
             except Exception as exc:  # a candidate that does not compile or fit is reported, not fatal
                 msg = str(exc).splitlines()[0][:90] if str(exc) else type(exc).__name__
-                print(f"  M<={bucket:<5} {_short(cfg):<44} x {msg}", flush=True)
+                print(f"  M<={bucket:<5} {_short(cfg):<60} x {msg}", flush=True)
         if results:
             g, cfg = min(results, key=lambda r: r[0])
             best_by_bucket[bucket] = cfg.as_dict()
-            print(f"BEST M<={bucket}: {_short(cfg)}  geo {g:.1f}", flush=True)
+            print(f"BEST M<={bucket}: {_short(cfg)}  geo {g:.1f} us, {g / cublas:.3f}x cuBLAS", flush=True)
     if save:
         with open(save, "w") as fh:
             json.dump(best_by_bucket, fh, indent=1)
 
 
 def load_configs(path: str) -> dict[int, KernelConfig]:
-    """Configurations per M bucket from a --sweep --save file (to time them before they enter configs.py)."""
-    with open(path) as fh:
-        raw = json.load(fh)
-    return {int(b): KernelConfig(**d) for b, d in raw.items()}
+    """Configurations per M bucket from a --sweep --save file (to time them before they enter configs.py).
+    ValueError with the file and the reason when it cannot be read as one."""
+    try:
+        with open(path) as fh:
+            raw = json.load(fh)
+        configs = {int(b): KernelConfig(**d) for b, d in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"--configs {path}: not a file of configurations from `solci bench --sweep --save` "
+                         f"({type(exc).__name__}: {exc})") from None
+    unknown = sorted(set(configs) - set(M_BUCKETS))
+    if unknown:
+        raise ValueError(f"--configs {path}: {unknown} are not M buckets (those are {list(M_BUCKETS)})")
+    return configs
 
 
 def parse_cases(values: Sequence[str] | None) -> list[Case]:
@@ -219,13 +235,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         cases = parse_cases(args.cases)
+        configs = load_configs(args.configs) if args.configs else None
     except ValueError as exc:
         print(f"solci bench: {exc}", file=sys.stderr)
         return 2
     if args.sweep:
         sweep(cases, args.warmup, args.iters, args.save)
         return 0
-    rows = bench_cases(cases, args.warmup, args.iters, load_configs(args.configs) if args.configs else None)
+    rows = bench_cases(cases, args.warmup, args.iters, configs)
     print_table(rows, torch.cuda.get_device_name())
     if args.csv:
         with open(args.csv, "w", newline="") as fh:

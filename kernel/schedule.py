@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from kernel.configs import KernelConfig
-from kernel.workload import HIDDEN
+from kernel.configs import WARP_SPECIALIZE, KernelConfig
+from kernel.workload import HEAD_DIM, HIDDEN
 
 # A step is one BK slice of a 128 x 256 tile; smaller tiles run their multiply-adds less efficiently.
 _TILE_EFFICIENCY = {128 * 256: 1.0, 128 * 128: 0.85, 64 * 256: 0.8, 64 * 128: 0.7, 64 * 64: 0.5}
@@ -68,11 +68,16 @@ def _shared_makespan(n_first: int, c_first: float, n_second: int, c_second: floa
 
 @functools.lru_cache(maxsize=256)
 def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
-    """The schedule of one call: M rows on ``programs`` persistent programs (the SM count times occupancy)."""
+    """The schedule of one call: M rows on ``programs`` persistent programs (the SM count times occupancy).
+    Also where a configuration is checked (once per M and configuration, not on every call): ValueError."""
     if m < 1 or programs < 1:
         raise ValueError(f"plan_schedule: need M >= 1 and programs >= 1, got M={m}, programs={programs}")
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"config: schedule must be one of {SCHEDULES}, got {cfg.schedule!r}")
+    if cfg.warp_specialize not in WARP_SPECIALIZE:
+        raise ValueError(f"config: warp_specialize must be one of {WARP_SPECIALIZE}, got {cfg.warp_specialize!r}")
+    if HIDDEN % cfg.bk or HIDDEN % cfg.ga_bn or HIDDEN % cfg.gw_bm or HIDDEN % cfg.gw_bn or cfg.ga_bn % HEAD_DIM:
+        raise ValueError(f"config: bk and the tiles must divide {HIDDEN}, ga_bn be a multiple of {HEAD_DIM}: {cfg}")
     n_ga_m = -(-m // cfg.ga_bm)
     n_gw_m = HIDDEN // cfg.gw_bm
     n_ga = n_ga_m * (HIDDEN // cfg.ga_bn)

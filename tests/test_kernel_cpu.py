@@ -147,8 +147,8 @@ def test_sweep_candidates_are_valid_configs() -> None:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"ga_bn": 32}, {"bk": 48}, {"gw_bn": 96}, {"schedule": "round-robin"}],
-    ids=["ga_bn-not-heads", "bk", "gw_bn", "schedule"],
+    "overrides", [{"ga_bn": 32}, {"bk": 48}, {"gw_bn": 96}, {"schedule": "round-robin"}, {"warp_specialize": "yes"}],
+    ids=["ga_bn-not-heads", "bk", "gw_bn", "schedule", "warp_specialize"],
 )
 def test_bad_configs_are_refused_before_launch(overrides: dict) -> None:
     """A configuration the kernel cannot run (grad_attn tiles must cover whole heads) is a ValueError."""
@@ -174,3 +174,23 @@ def test_grad_attn_tma_store_and_its_fallback(b: int, s: int) -> None:
     ga, gw = poisoned_outputs(b, s, "cpu")
     attn_output_proj_backward(go, x, w, out=(ga, gw), config=cfg)
     assert check_output(ga, rga, b * s).ok and check_output(gw, rgw, b * s).ok
+
+
+def test_bench_configs_file_round_trips_and_bad_files_are_named(tmp_path) -> None:
+    """`solci bench --configs F` reads what `--sweep --save F` writes; anything else is a ValueError naming F."""
+    import json
+
+    from kernel.bench import load_configs
+
+    good = tmp_path / "best.json"
+    want = {b: config_for(b, (9, 0)) for b in (256, 8192)}
+    good.write_text(json.dumps({str(b): c.as_dict() for b, c in want.items()}))
+    assert load_configs(str(good)) == want
+    cases = {"missing.json": None, "notjson.json": "{", "badkey.json": '{"256": {"no_such_field": 1}}',
+             "badbucket.json": json.dumps({"300": want[256].as_dict()})}
+    for name, text in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(ValueError, match=name):
+            load_configs(str(path))
