@@ -10,7 +10,8 @@ import sys
 COMMAND_MODULES = (
     "kernel.bench_cli",  # solci bench
     "ci.measure",  # solci measure
-    "ci.commands",  # solci run / watch / hooks / history / flags / sql / records / worker
+    "ci.commands",  # solci run / watch / worker / enqueue / hooks
+    "ci.read_commands",  # solci history / flags / records / jobs / sql
     "dashboard.commands",  # solci dashboard / solci up (the main job)
 )
 

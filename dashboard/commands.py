@@ -20,21 +20,19 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci.commands import (
-    _add_db,
-    _add_runner_options,
-    _db,
-    _echo,
-    _err,
-    _install_sigterm,
+from ci.common import (
+    add_db_argument,
+    add_runner_options,
+    echo,
+    error,
     handles_errors,
+    open_db,
     print_report,
     print_table,
-    runner_config,
-    wait_for_jobs,
+    run_commit_now,
 )
-from ci.gitutil import GitError
-from ci.runner import EXIT_USAGE, JobReport, Runner, exit_code_for
+from ci.gitutil import GitError, local_repo
+from ci.runner import EXIT_USAGE, exit_code_for
 
 APP = Path(__file__).resolve().parent / "app.py"
 DEFAULT_PORT = 8501
@@ -76,11 +74,11 @@ def streamlit_command(host: str, port: int) -> list[str]:
 def serve(db_path: Path, host: str, port: int) -> int:
     """Run the streamlit server on ``db_path`` until it exits or this process is told to stop."""
     if not port_free(host, port):
-        _err(f"port {port} on {host} is already in use (another dashboard?); pick another with --port")
+        error(f"port {port} on {host} is already in use (another dashboard?); pick another with --port")
         return EXIT_USAGE
     env = dict(os.environ, SOLCI_DB=str(db_path.resolve()))
     url_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
-    _echo(f"dashboard on http://{url_host}:{port} (history {db_path}); Ctrl-C to stop")
+    echo(f"dashboard on http://{url_host}:{port} (history {db_path}); Ctrl-C to stop")
     proc = subprocess.Popen(streamlit_command(host, port), env=env)
 
     def forward(signum: int, _frame: Any) -> None:
@@ -109,7 +107,7 @@ def _serve_exit(code: int) -> int:
 
 @handles_errors
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    db = _db(args)
+    db = open_db(args)
     return serve(db.path, args.host, args.port)
 
 
@@ -148,36 +146,23 @@ def print_summary(db: Any, run_id: str) -> None:
 @handles_errors
 def cmd_up(args: argparse.Namespace) -> int:
     from ci.executors import EXECUTOR_ENV
-    from ci.triggers import guess_branch, resolve_revisions
-    from storage.jobs import enqueue
-
-    db = _db(args)
+    db = open_db(args)
     if args.executor is None and not os.environ.get(EXECUTOR_ENV):
         args.executor = "local"
     if not args.no_serve and not port_free(args.host, args.port):  # fail before a measurement of minutes
-        _err(f"port {args.port} on {args.host} is already in use (another dashboard?); pick another with --port "
+        error(f"port {args.port} on {args.host} is already in use (another dashboard?); pick another with --port "
              "or pass --no-serve")  # fmt: skip
         return EXIT_USAGE
     try:
-        repo, source, shas = resolve_revisions(args.repo, [args.commit])
+        source = local_repo(args.repo)
     except GitError as exc:
         raise GitError(f"{exc} (solci up measures a commit: commit your work first, or pass --repo)") from None
-    sha = shas[-1]
-    branch = args.branch or guess_branch(source, sha)
     if _dirty(source):
-        _echo(f"{source} has uncommitted changes: they are not measured (only commit {sha[:12]} is); "
-              "commit them and run `solci up` again")  # fmt: skip
-    job_id, _ = enqueue(db, repo, sha, branch=branch, trigger="manual", force=True)
-    runner = Runner(db, runner_config(args), echo=_echo)
-    _echo(f"job {job_id}: {sha[:12]} of {repo} with the {runner.executor.name} executor into {db.path}")
-    runner.start()
-    job = wait_for_jobs(db, [job_id], runner, stop=_install_sigterm()).get(job_id)
-    if job is None:
+        echo(f"{source} has uncommitted changes: they are not measured (only the commit {args.commit} is); "
+             "commit them and run `solci up` again")
+    report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch)
+    if report is None:
         return 130
-    report = JobReport(job.id, job.repo, job.commit, job.branch, job.outcome or "error", job.status, job.run_id,
-                       log=job.log or "")  # fmt: skip
-    if job.started_at and job.finished_at:
-        report.wall_s = (job.finished_at - job.started_at).total_seconds()
     print_report(db, report, show_log=args.verbose)
     if report.run_id:
         print_summary(db, report.run_id)
@@ -201,7 +186,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("dashboard", help="serve the dashboard (streamlit) on the history database")
     _add_serve(p)
-    _add_db(p)
+    add_db_argument(p)
     p.set_defaults(func=cmd_dashboard)
 
     p = subparsers.add_parser(
@@ -215,6 +200,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-serve", action="store_true", help="measure and store only; do not serve the dashboard")
     p.add_argument("-v", "--verbose", action="store_true", help="print the log tail even when it passed")
     _add_serve(p)
-    _add_db(p)
-    _add_runner_options(p)
+    add_db_argument(p)
+    add_runner_options(p)
     p.set_defaults(func=cmd_up)
