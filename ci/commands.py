@@ -41,6 +41,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_code_for([report.outcome])
 
 
+@handles_errors
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Accept the open step(s) at a commit as intended (a deliberate slowdown): status acknowledged."""
+    from storage.verdicts import acknowledge
+
+    changed = acknowledge(open_db(args), args.commit, args.reason, hardware=args.hardware)
+    for s in changed:
+        print(
+            f"solci: step at {s['commit'][:12]} on {s['hardware']} ({s['previous_status']}) acknowledged: {args.reason}"
+        )
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ watch
 @handles_errors
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -55,8 +68,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if result.skipped:
             echo(f"{result.skipped} older new commit(s) of {result.branch} left out (--max-commits)")
         for q in result.queued:
-            echo(f"queued {q.commit[:12]} ({result.branch}) as job {q.job_id}"
-                  + ("" if q.created else " (already queued or measured)"))  # fmt: skip
+            echo(
+                f"queued {q.commit[:12]} ({result.branch}) as job {q.job_id}"
+                + ("" if q.created else " (already queued or measured)")
+            )
 
     if args.once:
         result = poll(db, args.repo, args.branch, **options)
@@ -80,8 +95,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
             runner.run(once=True, stop=stop)
 
     echo(f"watching {args.branch} of {args.repo} every {args.interval:g} s (Ctrl-C to stop)")
-    watch(db, args.repo, args.branch, interval=args.interval, stop=stop, on_poll=on_poll,
-          on_error=lambda exc: echo(f"poll failed: {exc}"), **options)  # fmt: skip
+    watch(
+        db,
+        args.repo,
+        args.branch,
+        interval=args.interval,
+        stop=stop,
+        on_poll=on_poll,
+        on_error=lambda exc: echo(f"poll failed: {exc}"),
+        **options,
+    )
     return 0
 
 
@@ -130,12 +153,12 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def register(subparsers: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
 
-    p = subparsers.add_parser("run", help="measure one commit now and judge it (exit 3 regressed, 1 broken)",
-                              formatter_class=fmt)  # fmt: skip
+    p = subparsers.add_parser(
+        "run", help="measure one commit now and judge it (exit 3 regressed, 1 broken)", formatter_class=fmt
+    )
     p.add_argument("--repo", default=".", help="repository: a path or a URL (default: .)")
     p.add_argument("--commit", default="HEAD", help="commit or revision (default HEAD)")
     p.add_argument("--branch", help="branch label (default: a branch holding the commit)")
@@ -143,6 +166,13 @@ def register(subparsers: Any) -> None:
     add_db_argument(p)
     add_runner_options(p)
     p.set_defaults(func=cmd_run)
+
+    p = subparsers.add_parser("ack", help="accept an open step (an intended slowdown) with a reason")
+    p.add_argument("commit", help="the step's commit (or a prefix)")
+    p.add_argument("--reason", required=True, help="why the change is intended (stored with the step)")
+    p.add_argument("--hardware", help="only the step on this hardware label")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_ack)
 
     p = subparsers.add_parser("watch", help="poll a branch; queue and run every new commit, oldest first")
     p.add_argument("repo", help="repository: a path or a URL")
@@ -156,9 +186,13 @@ def register(subparsers: Any) -> None:
         default=0,
         help="first poll of a branch: queue this many commits up to its head (default: head only)",
     )
-    p.add_argument("--max-commits", type=int, default=None,
-                   help="queue at most the N newest new commits per poll, leaving older ones out "
-                        "(default: no cap, every commit is queued)")  # fmt: skip
+    p.add_argument(
+        "--max-commits",
+        type=int,
+        default=None,
+        help="queue at most the N newest new commits per poll, leaving older ones out "
+        "(default: no cap, every commit is queued)",
+    )
     add_db_argument(p)
     add_runner_options(p)
     p.set_defaults(func=cmd_watch)

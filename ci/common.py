@@ -7,6 +7,7 @@ handle, argument groups, error handling, table printing and "run this commit now
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
 import signal
@@ -19,9 +20,29 @@ import pandas as pd
 
 from ci.executors import EXECUTOR_KINDS, ExecutorUnavailable, MeasureOptions
 from ci.gitutil import GitError
-from ci.runner import EXIT_USAGE, JobReport, Runner, RunnerConfig, claim_job
+from ci.judge import JudgeConfig
+from ci.runner import EXIT_INFRA, EXIT_USAGE, JobReport, Runner, RunnerConfig, claim_job
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+def bounded(convert: type, low: float, *, strict: bool = False) -> Callable[[str], Any]:
+    """An argparse type: a number (int or float) >= low (> low when strict), with a clear message."""
+    what = "an integer" if convert is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if v < low or (strict and v == low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}, got {v}")
+        return v
+
+    return parse
+
 
 Handler = Callable[[argparse.Namespace], int]
 LOCK_TIMEOUT_ENV = "SOLCI_LOCK_TIMEOUT"
@@ -48,15 +69,26 @@ def echo(msg: str) -> None:
 
 
 def handles_errors(func: Handler) -> Handler:
-    """Turn expected failures (storage, git, executor, bad values) into one line on stderr and exit 2."""
+    """Turn expected failures into one line on stderr and a distinct exit code: 4 for the infrastructure
+    (the database stayed locked, the disk is full), 2 for everything else (bad values, unknown commit or run,
+    not a repository, corrupt or newer database)."""
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
-        from storage.db import StorageError
+        from storage.db import DatabaseLockedError, StorageError
 
         try:
             return func(args)
-        except (StorageError, GitError, ExecutorUnavailable, FileExistsError, ValueError) as exc:
+        except DatabaseLockedError as exc:
+            error(str(exc))
+            return EXIT_INFRA
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                error(f"the disk is full: {exc}")
+                return EXIT_INFRA
+            error(str(exc))
+            return EXIT_USAGE
+        except (StorageError, GitError, ExecutorUnavailable, ValueError) as exc:
             error(str(exc))
             return EXIT_USAGE
 
@@ -77,11 +109,18 @@ def add_db_argument(p: argparse.ArgumentParser) -> None:
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("runner")
-    g.add_argument("--executor", choices=EXECUTOR_KINDS, default=None,
-                   help="where to build and measure (default: $SOLCI_EXECUTOR, else auto: docker when an "
-                        "engine answers and the base image exists, else local)")  # fmt: skip
-    g.add_argument("--gpu", default="gpu0", help="GPU slot of this runner: one job at a time per slot "
-                   "(gpuN also selects CUDA device N; default gpu0)")  # fmt: skip
+    g.add_argument(
+        "--executor",
+        choices=EXECUTOR_KINDS,
+        default=None,
+        help="where to build and measure (default: $SOLCI_EXECUTOR, else auto: docker when an "
+        "engine answers and the base image exists, else local)",
+    )
+    g.add_argument(
+        "--gpu",
+        default="gpu0",
+        help="GPU slot of this runner: one job at a time per slot (gpuN also selects CUDA device N; default gpu0)",
+    )
     g.add_argument("--base-image", help="docker executor: image with the dependencies (default solci-deps:latest)")
     g.add_argument("--timeout", type=float, default=3600.0, help="seconds for one measurement (default 3600)")
     m = p.add_argument_group("measurement (passed to `solci measure`)")
@@ -91,44 +130,90 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
     m.add_argument("--iters", type=int, help="timed iterations")
     m.add_argument("--case-timeout", type=float, help="seconds per case")
     m.add_argument("--impl", help="the kernel as MODULE:FUNCTION")
-    m.add_argument("--measure-arg", action="append", default=[], metavar="ARG",
-                   help="another `solci measure` argument (repeatable), e.g. --measure-arg=--no-cupti")  # fmt: skip
-    j = p.add_argument_group("judging")
-    j.add_argument("--min-effect", type=float, default=0.03, help="smallest relative change flagged (0.03)")
-    j.add_argument("--alpha", type=float, default=0.01, help="significance level of Mann-Whitney U (0.01)")
-    j.add_argument("--baseline-runs", type=int, default=5, help="passing runs the baseline pools (5)")
+    m.add_argument(
+        "--measure-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="another `solci measure` argument (repeatable), e.g. --measure-arg=--no-cupti",
+    )
+    j = p.add_argument_group("judging (docs/verdicts.md)")
+    j.add_argument(
+        "--min-effect",
+        type=bounded(float, 0.0, strict=True),
+        default=JudgeConfig.min_effect,
+        help=f"smallest relative change reported (default {JudgeConfig.min_effect:g})",
+    )
+    j.add_argument(
+        "--k",
+        type=bounded(float, 0.0, strict=True),
+        default=JudgeConfig.k,
+        help=f"screening: a change must exceed k standard errors too (default {JudgeConfig.k:g})",
+    )
+    j.add_argument(
+        "--confirm-pairs",
+        type=bounded(int, 1),
+        default=JudgeConfig.pairs,
+        help=f"interleaved pairs that confirm a change (default {JudgeConfig.pairs})",
+    )
+    j.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="decide on the screening alone (no re-measurement; drift or clocks make it ambiguous)",
+    )
 
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:
     cases = args.cases.replace(";", " ").split() if args.cases else None
-    extra = list(args.measure_arg)
-    if cases and len(cases) > 1:  # measure takes several case tokens after one --cases
-        extra = ["--cases", *cases, *extra]
-        cases = None
     measure = MeasureOptions(
-        cases=cases[0] if cases else None, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
-        case_timeout=args.case_timeout, impl=args.impl, extra_args=extra, timeout=args.timeout,
-    )  # fmt: skip
+        cases=";".join(cases) if cases else None,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        iters=args.iters,
+        case_timeout=args.case_timeout,
+        impl=args.impl,
+        extra_args=list(args.measure_arg),
+        timeout=args.timeout,
+    )
     executor_options = {"base_image": args.base_image} if args.base_image else {}
     return RunnerConfig(
-        gpu=args.gpu, executor=args.executor, executor_options=executor_options, measure=measure,
-        judge={"min_effect": args.min_effect, "alpha": args.alpha, "baseline_runs": args.baseline_runs},
-    )  # fmt: skip
+        gpu=args.gpu,
+        executor=args.executor,
+        executor_options=executor_options,
+        measure=measure,
+        judge={"min_effect": args.min_effect, "k": args.k, "pairs": args.confirm_pairs},
+        confirm=not args.no_confirm,
+    )
 
 
 def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:
-    from storage.queries import flags
+    """One job's outcome: the verdict and its message, the step's cases, and the log tail when it failed."""
+    from storage.queries import step_cases, verdict
 
-    print(f"{report.commit}  {report.outcome.upper()}  (job {report.job_id}, run {report.run_id or '-'}, "
-          f"{report.wall_s:.0f} s)")  # fmt: skip
-    if report.run_id:
-        df = flags(db, run_id=report.run_id)
-        if not df.empty:
-            print_table(df[["case", "kind", "magnitude", "p_value", "message"]], max_colwidth=110)
-    if show_log or report.outcome not in ("passed", "regressed"):
+    print(
+        f"{report.commit}  {report.outcome.upper()}  (job {report.job_id}, run {report.run_id or '-'}, "
+        f"{report.wall_s:.0f} s)"
+    )
+    v = verdict(db, report.run_id) if report.run_id else None
+    if v is not None:
+        print(f"  {v['message']}")
+        if v.get("step_id"):
+            cases = step_cases(db, v["step_id"])
+            if not cases.empty:
+                print_table(format_changes(cases, ("change", "lo", "hi")), max_colwidth=40)
+    if show_log or report.outcome not in ("passed", "regressed", "improved", "not_reproduced", "ambiguous"):
         tail = report.log.strip().splitlines()[-40:]
         print(f"--- log (tail; full log: solci jobs --log {report.job_id}) ---")
         print("\n".join(tail))
+
+
+def format_changes(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Relative changes as signed percentages ("+3.1%"), for tables printed to a terminal."""
+    out = df.copy()
+    for c in columns:
+        if c in out.columns:
+            out[c] = out[c].map(lambda v: "-" if v is None or pd.isna(v) else f"{v:+.1%}")
+    return out
 
 
 def install_stop_signals() -> threading.Event:
@@ -198,8 +283,9 @@ def run_commit_now(
     job = wait_for_jobs(db, [job_id], runner, stop=install_stop_signals()).get(job_id)
     if job is None:
         return None
-    report = JobReport(job.id, job.repo, job.commit, job.branch, job.outcome or "error", job.status, job.run_id,
-                       log=job.log or "")  # fmt: skip
+    report = JobReport(
+        job.id, job.repo, job.commit, job.branch, job.outcome or "error", job.status, job.run_id, log=job.log or ""
+    )
     if job.started_at and job.finished_at:
         report.wall_s = (job.finished_at - job.started_at).total_seconds()
     return report

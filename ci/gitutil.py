@@ -154,3 +154,10 @@ def current_branch(repo: str | Path) -> str | None:
 def branches_containing(repo: str | Path, sha: str) -> list[str]:
     out = git("for-each-ref", "--format=%(refname:short)", "--contains", sha, "refs/heads", cwd=repo, check=False)
     return out.split()
+
+
+def first_parent_ancestry(repo: str | Path, sha: str, limit: int = 1000) -> list[str]:
+    """``sha`` and its first-parent ancestors, newest first, at most ``limit`` (the series a commit is judged
+    in follows this chain); [] when git cannot walk it."""
+    out = git("rev-list", "--first-parent", f"--max-count={int(limit)}", sha, cwd=repo, check=False)
+    return out.split()

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ci.common import bounded
 from ci.result import SCHEMA_VERSION, validate
 from ci.timing import GPU_TIMERS, Protocol, make_protocols
 from kernel.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
@@ -51,25 +52,9 @@ def case_token(text: str) -> list[Case | str]:
     return out
 
 
-def _bounded(convert: type, low: float, *, strict: bool = False) -> Any:
-    """An argparse type: a number (int or float) >= low (> low when strict), with a clear message."""
-    what = "an integer" if convert is int else "a number"
-
-    def parse(text: str) -> Any:
-        try:
-            v = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if v < low or (strict and v == low):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}, got {v}")
-        return v
-
-    return parse
-
-
-_positive_int = _bounded(int, 1)
-_nonneg_int = _bounded(int, 0)
-_positive_float = _bounded(float, 0, strict=True)
+_positive_int = bounded(int, 1)
+_nonneg_int = bounded(int, 0)
+_positive_float = bounded(float, 0, strict=True)
 
 
 def _impl_spec(text: str) -> str:

@@ -1,13 +1,22 @@
 """The worker loop: take queued commits one at a time (one job per GPU slot) and record their outcome.
 
-For each job: claim it, measure the commit with an executor, ingest the result, judge it against the
-history (``ci.regression.judge_run``), finish the job with its outcome and log. Whatever happens to one job
-(a broken commit, a crash of the measurement, an error of the runner itself) is recorded and the loop goes on
+For each job: claim it, measure the commit with an executor, ingest the result, judge it against its series
+(``ci.judging.judge_run``: a run that moved at screening is re-measured here, interleaved with the commit
+before it, before any verdict), finish the job with its outcome and log. Whatever happens to one job (a
+broken commit, a crash of the measurement, an error of the runner itself) is recorded and the loop goes on
 to the next. On start, jobs a killed runner of the same GPU slot left ``running`` are queued again and what
 its executor left behind is removed, so a job interrupted half-way is retried and stored once.
 
-Outcomes: passed, regressed (passed but a regression flag), incorrect, build_failed, crashed, timed_out,
-error (the runner could not process the job: unknown commit, storage error, ...).
+Outcomes, and the exit code of ``solci run`` / ``solci watch --once`` (the worst over the jobs wins:
+broken > regressed > infrastructure > ok):
+
+- 0: passed (within noise, or the first run of its series), improved, not_reproduced (moved at screening,
+  not in the re-measurement), ambiguous (a change the clocks or the in-run baselines explain as well);
+- 3: regressed (a slowdown confirmed on the GPU: the only outcome that blames the commit for speed);
+- 1: the commit is broken or incorrect: incorrect, build_failed, crashed, timed_out, rejected (its result
+  document failed validation), quarantined (faster than the hardware's speed of light);
+- 4: the infrastructure failed (infra_error: database locked, disk full, GPU lost; error: the runner could
+  not process the job): never the commit's fault.
 """
 
 from __future__ import annotations
@@ -18,25 +27,49 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ci.executors import Execution, Executor, MeasureOptions, choose_executor, clip_log
-from ci.gitutil import GitError, checkout_source, commit_exists, is_url, mirror_of
+from ci.gitutil import GitError, checkout_source, commit_exists, first_parent_ancestry, is_url, mirror_of
 
-# Exit codes of `solci run` / `solci watch --once` by outcome (worst wins).
-EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_REGRESSED = 0, 1, 2, 3
+EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_REGRESSED, EXIT_INFRA = 0, 1, 2, 3, 4
 _EXIT_BY_OUTCOME = {
-    "passed": EXIT_OK, "regressed": EXIT_REGRESSED, "incorrect": EXIT_BROKEN, "build_failed": EXIT_BROKEN,
-    "crashed": EXIT_BROKEN, "timed_out": EXIT_BROKEN, "error": EXIT_BROKEN,
-}  # fmt: skip
-_SEVERITY = {EXIT_OK: 0, EXIT_REGRESSED: 1, EXIT_BROKEN: 2}
+    "passed": EXIT_OK,
+    "improved": EXIT_OK,
+    "not_reproduced": EXIT_OK,
+    "ambiguous": EXIT_OK,
+    "regressed": EXIT_REGRESSED,
+    "incorrect": EXIT_BROKEN,
+    "build_failed": EXIT_BROKEN,
+    "crashed": EXIT_BROKEN,
+    "timed_out": EXIT_BROKEN,
+    "rejected": EXIT_BROKEN,
+    "quarantined": EXIT_BROKEN,
+    "infra_error": EXIT_INFRA,
+    "error": EXIT_INFRA,
+}
+_SEVERITY = {EXIT_OK: 0, EXIT_INFRA: 1, EXIT_REGRESSED: 2, EXIT_BROKEN: 3}
+# A verdict of judging -> the job's outcome.
+_OUTCOME_BY_VERDICT = {
+    "baseline": "passed",
+    "pass": "passed",
+    "functional": "passed",
+    "improved": "improved",
+    "regressed": "regressed",
+    "ambiguous": "ambiguous",
+    "not_reproduced": "not_reproduced",
+    "incorrect": "incorrect",
+    "broken": "crashed",
+    "quarantined": "quarantined",
+    "suspect": "infra_error",
+}
 
 
 def exit_code_for(outcomes: list[str]) -> int:
-    """0 when every outcome passed, 1 when one is broken/incorrect, else 3 when one regressed."""
-    codes = [_EXIT_BY_OUTCOME.get(o, EXIT_BROKEN) for o in outcomes]
+    """The worst exit code over the outcomes (broken 1 > regressed 3 > infrastructure 4 > ok 0)."""
+    codes = [_EXIT_BY_OUTCOME.get(o, EXIT_INFRA) for o in outcomes]
     return max(codes, key=lambda c: _SEVERITY[c], default=EXIT_OK)
 
 
@@ -58,7 +91,8 @@ class RunnerConfig:
     executor: str | None = None  # auto | docker | local (None: $SOLCI_EXECUTOR or auto)
     executor_options: dict[str, Any] = field(default_factory=dict)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
-    judge: dict[str, Any] = field(default_factory=dict)  # keyword arguments of judge_run
+    judge: dict[str, Any] = field(default_factory=dict)  # fields of ci.judge.JudgeConfig
+    confirm: bool = True  # re-measure a run that moved, interleaved with its parent, before any verdict
     poll_interval: float = 5.0
 
 
@@ -71,51 +105,43 @@ class JobReport:
     outcome: str
     status: str
     run_id: str | None = None
-    flags: list[dict] = field(default_factory=list)
+    verdict: str | None = None
+    message: str = ""
     log: str = ""
     wall_s: float = 0.0
 
     @property
     def summary(self) -> str:
         text = f"job {self.job_id}: {self.commit[:12]} {self.outcome}"
-        notable = [f for f in self.flags if f.get("kind") in ("regression", "incorrect", "error", "new_record")]
-        if notable:
-            text += " (" + "; ".join(_flag_text(f) for f in notable[:4]) + ")"
+        if self.message and self.outcome not in ("passed",):
+            text += f" ({self.message[:300]})"
         return text + f" [{self.wall_s:.0f} s]"
 
 
-def _flag_text(flag: dict) -> str:
-    msg = flag.get("message")
-    if msg:
-        return str(msg)
-    return f"{flag.get('kind')} {flag.get('case_name') or flag.get('case') or ''}".strip()
-
-
-def classify(doc: dict, flags: list[dict]) -> str:
-    """The job outcome of a result document and the flags judging it stored."""
-    status = doc["suite"]["status"]
-    if status == "pass":
-        return "regressed" if any(f.get("kind") == "regression" for f in flags) else "passed"
-    if status == "incorrect":
-        return "incorrect"
-    case_statuses = {c["status"] for c in doc["cases"]}
-    if "timeout" in case_statuses and "error" not in case_statuses:
-        return "timed_out"
-    return "crashed"
+def outcome_of(verdict: str, case_statuses: set[str]) -> str:
+    """The job outcome of a verdict (a broken run: timed_out when only timeouts failed it, else crashed)."""
+    if verdict == "broken":
+        return "timed_out" if "timeout" in case_statuses and "error" not in case_statuses else "crashed"
+    return _OUTCOME_BY_VERDICT.get(verdict, "error")
 
 
 class Runner:
     """Processes the queue of one GPU slot. ``executor`` may be given (tests) or is chosen on first use."""
 
     def __init__(
-        self, db: Any, config: RunnerConfig | None = None, *, executor: Executor | None = None,
+        self,
+        db: Any,
+        config: RunnerConfig | None = None,
+        *,
+        executor: Executor | None = None,
         echo: Callable[[str], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.db = db
         self.config = config or RunnerConfig()
         self._executor = executor
         self.echo = echo or (lambda _msg: None)
         self._started = False
+        self._lines: list[str] = []
 
     @property
     def executor(self) -> Executor:
@@ -177,78 +203,150 @@ class Runner:
         self.echo(f"job {job.id}: measuring {job.commit[:12]} of {job.repo} ({job.branch or 'no branch'})")
         report = JobReport(job.id, job.repo, job.commit, job.branch, "error", "failed")
         lines: list[str] = []
+        self._lines = lines
         try:
             stored = self._stored_run(job)
+            source = self._source(job)
             if stored is not None:  # an earlier attempt stored its run, then its runner died: judge, not re-run
                 lines.append(f"[solci] run {stored['run_id']} of an earlier attempt is stored; judging it")
-                report.run_id, report.flags, report.outcome = self._judge(stored["run_id"], stored)
+                report.run_id, report.outcome, report.verdict, report.message = self._judge(
+                    job, stored["run_id"], source, lines=lines
+                )
             else:
-                execution = self._execute(job, lines)
+                execution = self._execute(job, lines, source)
                 lines.append(execution.log)
                 report.outcome = execution.status
                 if execution.status == "ok" and execution.doc is not None:
-                    report.run_id, report.flags, report.outcome = self._record(job, execution)
-            report.status = "failed" if report.outcome == "error" else "done"
+                    report.run_id, report.outcome, report.verdict, report.message = self._record(job, execution, source)
+            report.status = "failed" if report.outcome in ("error", "infra_error") else "done"
         except Exception as exc:
+            from storage.db import StorageError
+
             lines.append(f"[solci] runner error: {exc.__class__.__name__}: {exc}")
             lines.append(traceback.format_exc(limit=8))
-            report.outcome, report.status = "error", "failed"
+            report.outcome = "infra_error" if isinstance(exc, (StorageError, OSError)) else "error"
+            report.status = "failed"
         report.wall_s = time.monotonic() - start
-        if report.flags:
-            lines.append("[solci] flags: " + "; ".join(_flag_text(f) for f in report.flags))
+        if report.message:
+            lines.append(f"[solci] verdict: {report.verdict}: {report.message}")
         lines.append(f"[solci] outcome: {report.outcome} ({report.wall_s:.1f} s)")
         report.log = clip_log("\n".join(x for x in lines if x))
         self._finish(finish, report)
         self.echo(report.summary)
         return report
 
-    def _execute(self, job: Any, lines: list[str]) -> Execution:
+    def _source(self, job: Any) -> Path | None:
+        """A local repository holding the job's commit (a mirror for a URL); None when there is none."""
         try:
             source = checkout_source(job.repo)
             if not commit_exists(source, job.commit) and is_url(job.repo):
                 source = mirror_of(job.repo, fetch=True)
-        except GitError as exc:
-            return Execution("error", None, f"[solci] {exc}")
-        if not commit_exists(source, job.commit):
+        except GitError:
+            return None
+        return Path(source) if commit_exists(source, job.commit) else None
+
+    def _execute(self, job: Any, lines: list[str], source: Path | None) -> Execution:
+        if source is None:
             return Execution("error", None, f"[solci] commit {job.commit} not found in {job.repo}")
         lines.append(f"[solci] worker {self.config.worker}, {self.config.gpu}, {self.executor.name} executor")
-        return self.executor.execute(
-            Path(source), job.commit, branch=job.branch, repo=job.repo, options=self.config.measure
-        )
+        return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=self.config.measure)
 
-    def _record(self, job: Any, execution: Execution) -> tuple[str, list[dict], str]:
+    def _record(self, job: Any, execution: Execution, source: Path | None) -> tuple[str, str, str, str]:
         from storage.ingest import ingest_result
 
         doc = execution.doc
         assert doc is not None
-        ingest_result(self.db, doc, job_id=job.id)
-        return self._judge(doc["run_id"], doc)
+        ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
+        ingest_result(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
+        return self._judge(job, doc["run_id"], source, ancestry)
 
-    def _judge(self, run_id: str, doc: dict) -> tuple[str, list[dict], str]:
-        from ci.regression import judge_run
+    def _judge(
+        self,
+        job: Any,
+        run_id: str,
+        source: Path | None,
+        ancestry: list[str] | None = None,
+        lines: list[str] | None = None,
+    ) -> tuple[str, str, str, str]:
+        """Judge a stored run (confirming on the GPU when it moved); (run_id, outcome, verdict, message)."""
+        from ci.judge import JudgeConfig
+        from ci.judging import judge_run
+        from storage.queries import run_cases
 
-        flags = list(judge_run(self.db, run_id, **self.config.judge) or [])
-        return run_id, flags, classify(doc, flags)
+        if ancestry is None and source is not None:
+            ancestry = first_parent_ancestry(source, job.commit)
+        confirm = (
+            self._confirmer(job, source, lines if lines is not None else self._lines)
+            if (self.config.confirm and source is not None)
+            else None
+        )
+        cfg = JudgeConfig(**self.config.judge)
+        result = judge_run(self.db, run_id, ancestry=ancestry or None, confirm=confirm, cfg=cfg)
+        if result.late:
+            self._lines.append(f"[solci] {result.late}")
+        statuses = set(run_cases(self.db, run_id)["status"])
+        return run_id, outcome_of(result.verdict, statuses), result.verdict, result.message
+
+    def _confirmer(self, job: Any, source: Path, lines: list[str]) -> Callable[[str, str, list[str]], list]:
+        """The confirmation of a moved run: interleaved runs of the parent (A) and the commit (B), each a
+        fresh measurement of only the cases in question, until ``pairs`` pairs are free of throttling (two
+        pairs more at most). Each run is stored (purpose confirm) under this job."""
+        from ci.judge import JudgeConfig, clean_pairs, interleave, pair_up
+        from ci.judging import figures_from_rows
+        from storage.ingest import ingest_result
+        from storage.queries import run_figures
+
+        cfg = JudgeConfig(**self.config.judge)
+
+        def confirm(parent: str, commit: str, cases: list[str]) -> list[tuple[str, str]]:
+            order = interleave(cfg.pairs + 2)
+            options = replace(
+                self.config.measure, cases=";".join(cases), extra_args=[a for a in self.config.measure.extra_args]
+            )
+            done: list[tuple[str, str]] = []
+            figs: list[tuple[str, Any]] = []
+            lines.append(
+                f"[solci] confirming: {commit[:12]} (B) against {parent[:12]} (A), "
+                f"{cfg.pairs} interleaved pairs, cases {', '.join(cases)}"
+            )
+            while len(done) < len(order):
+                for label in order[len(done) : len(done) + 2]:
+                    sha = parent if label == "A" else commit
+                    self.echo(f"job {job.id}: confirmation run {len(done) + 1} ({label}: {sha[:12]})")
+                    ex = self.executor.execute(source, sha, branch=job.branch, repo=job.repo, options=options)
+                    if ex.status != "ok" or ex.doc is None or ex.doc["suite"]["status"] != "pass":
+                        lines.append(f"[solci] confirmation run of {sha[:12]} failed ({ex.status}):")
+                        lines.append(ex.log[-4000:])
+                        return done
+                    ingest_result(self.db, ex.doc, job_id=job.id, purpose="confirm")
+                    done.append((label, ex.doc["run_id"]))
+                    figs.append((label, figures_from_rows(run_figures(self.db, ex.doc["run_id"]))[0]))
+                if len(clean_pairs(pair_up(figs), cases)) >= cfg.pairs:
+                    break
+            return done
+
+        return confirm
 
     def _stored_run(self, job: Any) -> dict | None:
-        """The run an earlier attempt of this job stored (ingest links it to the job), as much of a result
-        document as ``classify`` needs; None when there is none."""
-        from storage.queries import run_cases, run_info
+        """The run an earlier attempt of this job stored (ingest links it to the job); None when there is
+        none."""
+        from storage.queries import run_info
 
         if not job.run_id or job.attempts <= 1:
             return None
-        info = run_info(self.db, job.run_id)
-        if info is None:
-            return None
-        cases = run_cases(self.db, job.run_id)
-        return {"run_id": job.run_id, "suite": {"status": info["status"]},
-                "cases": [{"status": st} for st in cases["status"]]}  # fmt: skip
+        return run_info(self.db, job.run_id)
 
     def _finish(self, finish: Callable[..., None], report: JobReport, attempts: int = 3) -> None:
         for attempt in range(attempts):
             try:
-                finish(self.db, report.job_id, status=report.status, outcome=report.outcome, log=report.log,
-                       run_id=report.run_id)  # fmt: skip
+                finish(
+                    self.db,
+                    report.job_id,
+                    status=report.status,
+                    outcome=report.outcome,
+                    log=report.log,
+                    run_id=report.run_id,
+                )
                 return
             except Exception as exc:  # e.g. the file stayed locked: the job is retried after a restart
                 self.echo(f"job {report.job_id}: could not record its outcome ({exc})")

@@ -3,8 +3,8 @@
 ``poll`` looks at one branch of a local repository (its ref, directly) or of a remote (``git ls-remote``,
 then ``git fetch`` into a cached mirror when the head moved), and queues every commit that is new since the
 last poll, oldest first: all the commits of a push, not only its head. The last seen head per (repo, branch)
-is kept in the database (``ci.watch_state``). The first poll of a branch queues its head only (``backfill``
-queues that many commits up to the head instead).
+is kept in the database (table ``watch_state``, ``storage.jobs.watch_last_seen``). The first poll of a branch
+queues its head only (``backfill`` queues that many commits up to the head instead).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ci import watch_state
 from ci.gitutil import (
     GitError,
     branch_head,
@@ -78,7 +77,9 @@ def poll(
 ) -> PollResult:
     """Queue the commits of ``branch`` that are new since the last poll (oldest first); remember the head."""
     canon = canonical_repo(repo)
-    previous = watch_state.last_seen(db, canon, branch)
+    from storage.jobs import set_watch_last_seen, watch_last_seen
+
+    previous = watch_last_seen(db, canon, branch)
     if is_url(canon):
         head = remote_head(canon, branch)
         source = mirror_of(canon, fetch=head is not None and head != previous)
@@ -99,7 +100,7 @@ def poll(
         result.skipped = len(commits) - max_commits
         commits = commits[-max_commits:]
     result.queued = enqueue_commits(db, canon, commits, branch=branch, trigger=trigger)
-    watch_state.set_last_seen(db, canon, branch, head)
+    set_watch_last_seen(db, canon, branch, head)
     return result
 
 

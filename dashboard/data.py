@@ -15,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 
 from ci.hardware import CPU_LABEL
-from ci.regression import change_points
 from storage import queries
 from storage.db import Database
 from storage.jobs import list_jobs
@@ -121,23 +120,48 @@ def case_history(db: Database, sel: Selection, run_ids: list[str]) -> pd.DataFra
 
 
 def selected_flags(db: Database, runs: pd.DataFrame) -> pd.DataFrame:
-    """Stored flags of the selected runs, newest first."""
-    df = queries.flags(db)
-    if df.empty or runs.empty:
-        return df.iloc[0:0]
-    return df[df["run_id"].isin(set(runs["run_id"]))].reset_index(drop=True)
+    """What judging stored for the selected runs, as chart marks (queries.verdict_marks), newest first."""
+    if runs.empty:
+        return queries.verdict_marks(db, [])
+    return queries.verdict_marks(db, list(runs["run_id"]))
 
 
 def steps(db: Database, sel: Selection, cases: list[str]) -> pd.DataFrame:
-    """ci.regression.change_points for the suite and each case: commit, run_id, case, started_at,
-    before_median, after_median, change (after / before - 1); newest first."""
+    """The stored confirmed steps of the selection, one row per step x case (and the suite): commit, run_id,
+    case, started_at, before_median, after_median, change (after / before - 1); newest first."""
+    df = queries.series_steps(db, hardware=sel.hardware, protocol=sel.protocol)
+    cols = ["commit", "run_id", "case", "started_at", "before_median", "after_median", "change"]
     rows: list[dict] = []
-    for case in [SUITE, *cases]:
-        rows += change_points(db, case=case, hardware=sel.hardware, protocol=sel.protocol)
-    cols = ["commit", "run_id", "case", "started_at", "before_median", "after_median"]
-    df = pd.DataFrame(rows, columns=cols)
-    df["change"] = df["after_median"] / df["before_median"] - 1.0
-    return df.sort_values("started_at", ascending=False, kind="stable").reset_index(drop=True)
+    for s in df.itertuples(index=False):
+        if s.status not in ("open", "fixed", "acknowledged", "improvement") or s.run_id is None:
+            continue
+        for c in s.cases if isinstance(s.cases, (list, tuple)) or hasattr(s.cases, "__len__") else []:
+            if c["case"] in cases and c.get("before_us") and c.get("after_us"):
+                rows.append(
+                    {
+                        "commit": s.commit,
+                        "run_id": s.run_id,
+                        "case": c["case"],
+                        "started_at": s.created_at,
+                        "before_median": c["before_us"],
+                        "after_median": c["after_us"],
+                        "change": c["after_us"] / c["before_us"] - 1.0,
+                    }
+                )
+        if s.suite_change is not None and not pd.isna(s.suite_change):
+            rows.append(
+                {
+                    "commit": s.commit,
+                    "run_id": s.run_id,
+                    "case": SUITE,
+                    "started_at": s.created_at,
+                    "before_median": 1.0,
+                    "after_median": 1.0 + s.suite_change,
+                    "change": s.suite_change,
+                }
+            )
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values("started_at", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -178,14 +202,42 @@ def published_records(db: Database) -> pd.DataFrame:
 def jobs_frame(db: Database, limit: int = 200) -> pd.DataFrame:
     """The job queue, newest first."""
     rows = [
-        {"id": j.id, "status": j.status, "outcome": j.outcome, "commit": j.commit, "branch": j.branch,
-         "trigger": j.trigger, "attempts": j.attempts, "enqueued_at": j.enqueued_at, "started_at": j.started_at,
-         "finished_at": j.finished_at, "gpu": j.gpu, "worker": j.worker, "run_id": j.run_id, "repo": j.repo,
-         "log": j.log}
+        {
+            "id": j.id,
+            "status": j.status,
+            "outcome": j.outcome,
+            "commit": j.commit,
+            "branch": j.branch,
+            "trigger": j.trigger,
+            "attempts": j.attempts,
+            "enqueued_at": j.enqueued_at,
+            "started_at": j.started_at,
+            "finished_at": j.finished_at,
+            "gpu": j.gpu,
+            "worker": j.worker,
+            "run_id": j.run_id,
+            "repo": j.repo,
+            "log": j.log,
+        }
         for j in list_jobs(db, limit=limit)
-    ]  # fmt: skip
-    cols = ["id", "status", "outcome", "commit", "branch", "trigger", "attempts", "enqueued_at", "started_at",
-            "finished_at", "gpu", "worker", "run_id", "repo", "log"]  # fmt: skip
+    ]
+    cols = [
+        "id",
+        "status",
+        "outcome",
+        "commit",
+        "branch",
+        "trigger",
+        "attempts",
+        "enqueued_at",
+        "started_at",
+        "finished_at",
+        "gpu",
+        "worker",
+        "run_id",
+        "repo",
+        "log",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -196,21 +248,42 @@ def flag_table(flags: pd.DataFrame, steps_df: pd.DataFrame) -> pd.DataFrame:
     cols = ["started_at", "commit", "case", "kind", "change", "p_value", "message", "source", "run_id"]
     parts = []
     if flags is not None and not flags.empty:
-        parts.append(pd.DataFrame({
-            "started_at": flags["started_at"], "commit": flags["commit"], "case": flags["case"],
-            "kind": flags["kind"], "change": flags["magnitude"], "p_value": flags["p_value"],
-            "message": flags["message"], "source": "judged vs earlier runs", "run_id": flags["run_id"],
-        }))  # fmt: skip
+        parts.append(
+            pd.DataFrame(
+                {
+                    "started_at": flags["started_at"],
+                    "commit": flags["commit"],
+                    "case": flags["case"],
+                    "kind": flags["kind"],
+                    "change": flags["magnitude"],
+                    "p_value": None,
+                    "message": flags["message"],
+                    "source": "verdict (confirmed)",
+                    "run_id": flags["run_id"],
+                }
+            )
+        )
     if steps_df is not None and not steps_df.empty:
-        parts.append(pd.DataFrame({
-            "started_at": steps_df["started_at"], "commit": steps_df["commit"], "case": steps_df["case"],
-            "kind": ["step up (slower)" if c > 0 else "step down (faster)" for c in steps_df["change"]],
-            "change": steps_df["change"], "p_value": None,
-            "message": [f"{'suite (geomean)' if c == SUITE else c}: level {b:.2f} → {a:.2f} µs from this commit on"
-                        for c, b, a in zip(steps_df["case"], steps_df["before_median"], steps_df["after_median"],
-                                           strict=True)],
-            "source": "change point (PELT)", "run_id": steps_df["run_id"],
-        }))  # fmt: skip
+        parts.append(
+            pd.DataFrame(
+                {
+                    "started_at": steps_df["started_at"],
+                    "commit": steps_df["commit"],
+                    "case": steps_df["case"],
+                    "kind": ["step up (slower)" if c > 0 else "step down (faster)" for c in steps_df["change"]],
+                    "change": steps_df["change"],
+                    "p_value": None,
+                    "message": [
+                        f"{'suite (geomean)' if c == SUITE else c}: level {b:.2f} → {a:.2f} µs from this commit on"
+                        for c, b, a in zip(
+                            steps_df["case"], steps_df["before_median"], steps_df["after_median"], strict=True
+                        )
+                    ],
+                    "source": "stored step",
+                    "run_id": steps_df["run_id"],
+                }
+            )
+        )
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=cols)

@@ -45,29 +45,37 @@ def is_passing(doc: dict) -> bool:
     return bool(cases) and doc["suite"]["status"] == "pass" and all(c["status"] == "pass" for c in cases)
 
 
-def ingest_result(db: Database, doc: dict, *, job_id: int | None = None) -> bool:
+RUN_PURPOSES = ("measure", "confirm")
+
+
+def ingest_result(
+    db: Database, doc: dict, *, job_id: int | None = None, purpose: str = "measure", parent: str | None = None
+) -> bool:
     """Store a run whole or not at all; False when its run_id is already stored (nothing is added).
 
-    Also updates the project's best-known records (passing runs only) and logs "record broken" events,
-    and links the run to ``job_id`` when given.
+    Also updates the project's best-known records (passing GPU runs measured for their own sake only) and
+    logs "record broken" events, links the run to ``job_id`` when given (a ``measure`` run becomes the job's
+    run; ``confirm`` runs are the re-measurements of a confirmation), and records the commit's first parent.
     """
+    if purpose not in RUN_PURPOSES:
+        raise ValueError(f"ingest: purpose must be one of {RUN_PURPOSES}, got {purpose!r}")
     validate(doc)
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [doc["run_id"]]).fetchone():
             return False
         now = datetime.now(UTC).replace(tzinfo=None)
-        _insert_dimensions(conn, doc, now)
-        _insert_run(conn, doc, now, job_id)
+        _insert_dimensions(conn, doc, now, parent)
+        _insert_run(conn, doc, now, job_id, purpose)
         _insert_results(conn, doc)
         _insert_samples(conn, doc)
-        if is_passing(doc):
+        if is_passing(doc) and doc["mode"] == "gpu" and purpose == "measure":
             update_project_records(conn, doc, parse_time(doc["started_at"]), now)
-        if job_id is not None:
+        if job_id is not None and purpose == "measure":
             conn.execute("UPDATE jobs SET run_id = ? WHERE id = ?", [doc["run_id"], job_id])
     return True
 
 
-def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime) -> None:
+def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, parent: str | None) -> None:
     """Commit, hardware and protocol rows, when new (a SELECT first: cheaper than INSERT ... ON CONFLICT)."""
     hw = doc["hardware"]
     commit = doc.get("commit")
@@ -80,9 +88,11 @@ def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime
     ).fetchone()
     if commit and not has_commit:
         conn.execute(
-            'INSERT INTO commits ("commit", repo, branch, first_seen) VALUES (?, ?, ?, ?)',
-            [commit, doc.get("repo"), doc.get("branch"), parse_time(doc["started_at"]) or now],
+            'INSERT INTO commits ("commit", repo, branch, first_seen, parent) VALUES (?, ?, ?, ?, ?)',
+            [commit, doc.get("repo"), doc.get("branch"), parse_time(doc["started_at"]) or now, parent],
         )
+    elif commit and parent:
+        conn.execute('UPDATE commits SET parent = ? WHERE "commit" = ? AND parent IS NULL', [parent, commit])
     if not has_hw:
         insert_rows(
             conn,
@@ -107,7 +117,7 @@ def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime
     )  # fmt: skip
 
 
-def _insert_run(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_id: int | None) -> None:
+def _insert_run(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_id: int | None, purpose: str) -> None:
     hw, suite = doc["hardware"], doc["suite"]
     geo = suite.get("geomean_us")
     if geo is None and is_passing(doc):
@@ -116,15 +126,15 @@ def _insert_run(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_i
         """INSERT INTO runs (run_id, "commit", branch, repo, started_at, finished_at, wall_s, mode,
                hardware_fingerprint, hardware_label, gpu_model, hostname, protocol, status, n_cases, n_pass,
                geomean_us, geomean_eager_us, geomean_cublas_us, score, ratio_vs_cublas, ratio_vs_eager,
-               job_id, ingested_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               job_id, ingested_at, purpose, harness)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             doc["run_id"], doc.get("commit"), doc.get("branch"), doc.get("repo"),
             parse_time(doc["started_at"]), parse_time(doc.get("finished_at")), doc.get("wall_s"), doc["mode"],
             hw["fingerprint"], hw["label"], hw.get("gpu_model"), hw.get("hostname"), doc["protocol"],
             suite["status"], suite["n_cases"], suite["n_pass"], geo, suite.get("geomean_eager_us"),
             suite.get("geomean_cublas_us"), suite.get("score"), suite.get("ratio_vs_cublas"),
-            suite.get("ratio_vs_eager"), job_id, now,
+            suite.get("ratio_vs_eager"), job_id, now, purpose, doc.get("harness"),
         ],
     )  # fmt: skip
 

@@ -143,3 +143,18 @@ def list_jobs(db: Database, *, status: str | None = None, limit: int = 100) -> l
             f"SELECT {_COLUMNS} FROM jobs {where} ORDER BY id DESC LIMIT ?", [*params, int(limit)]
         ).fetchall()
     return [_job(r) for r in rows]
+
+
+# ------------------------------------------------------------------------------------------------ watch state
+def watch_last_seen(db: Database, repo: str, branch: str) -> str | None:
+    """The last commit ``solci watch`` recorded for (repo, branch); None before the first poll."""
+    with db.read() as conn:
+        row = conn.execute(
+            "SELECT last_commit FROM watch_state WHERE repo = ? AND branch = ?", [repo, branch]
+        ).fetchone()
+    return row[0] if row else None
+
+
+def set_watch_last_seen(db: Database, repo: str, branch: str, commit: str) -> None:
+    with db.write() as conn:
+        conn.execute("INSERT OR REPLACE INTO watch_state VALUES (?, ?, ?, ?)", [repo, branch, commit, _now()])

@@ -329,3 +329,172 @@ def run_sql(db: Database, query: str) -> pd.DataFrame:
         if result is None or result.description is None:
             return pd.DataFrame()
         return result.df()
+
+
+# ------------------------------------------------------------------------------------------------ judging
+_SERIES_COLUMNS = """r.run_id, r."commit", r.purpose, r.job_id, r.started_at, r.seq, x.case_name AS "case",
+                     x.median_us, x.eager_us, x.cublas_us, x.telemetry"""
+
+
+def series_runs(
+    db: Database, *, hardware: str, protocol: str, run_id: str, ancestry: list[str] | None,
+    branch: str | None = None, max_runs: int = 2000,
+) -> pd.DataFrame:  # fmt: skip
+    """The figures judging reads for ``run_id``'s series: one row per run x case of every passing,
+    unquarantined GPU run of the series (this hardware label and protocol) on ``ancestry`` (the run's commit
+    and its first-parent ancestors, newest first), ``run_id`` itself excluded; rows ordered by the commit's
+    place in the ancestry (oldest first), then by run. Without ``ancestry`` (no repository at hand): the runs of
+    the same branch that started before ``run_id``, in time order. ``max_runs`` bounds what is read."""
+    with db.read() as conn:
+        info = _run_info(conn, run_id)
+        if info is None:
+            raise StorageError(f"{db.path}: no run {run_id!r}")
+        passing = """r.hardware_label = $hw AND r.protocol = $proto AND r.status = 'pass' AND r.n_pass = r.n_cases
+                     AND r.mode = 'gpu' AND r.quarantine IS NULL AND r.run_id <> $run"""
+        params: dict = {"hw": hardware, "proto": protocol, "run": run_id, "lim": int(max_runs)}
+        if ancestry:
+            params["chain"] = list(ancestry)
+            sql = f"""
+                WITH chain AS (SELECT unnest($chain::VARCHAR[]) AS c, generate_subscripts($chain::VARCHAR[], 1) AS pos),
+                sel AS (
+                    SELECT r.run_id, chain.pos FROM runs r JOIN chain ON chain.c = r."commit"
+                    WHERE {passing} ORDER BY chain.pos, r.started_at DESC LIMIT $lim
+                )
+                SELECT {_SERIES_COLUMNS}, sel.pos FROM sel JOIN runs r USING (run_id) JOIN results x USING (run_id)
+                ORDER BY sel.pos DESC, r.started_at, r.seq, x.case_name"""
+        else:
+            params.update(
+                t=info["started_at"], seq=info["seq"], branch=branch if branch is not None else info["branch"]
+            )
+            sql = f"""
+                WITH sel AS (
+                    SELECT r.run_id FROM runs r
+                    WHERE {passing} AND r.branch IS NOT DISTINCT FROM $branch
+                      AND (r.started_at < $t OR (r.started_at = $t AND r.seq < $seq))
+                    ORDER BY r.started_at DESC, r.seq DESC LIMIT $lim
+                )
+                SELECT {_SERIES_COLUMNS}, NULL AS pos FROM sel JOIN runs r USING (run_id) JOIN results x USING (run_id)
+                ORDER BY r.started_at, r.seq, x.case_name"""
+        return conn.execute(sql, params).df()
+
+
+def run_figures(db: Database, run_id: str) -> pd.DataFrame:
+    """The per-case figures of one run that judging reads (same columns as ``series_runs``, status too)."""
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT {_SERIES_COLUMNS}, x.status FROM runs r JOIN results x USING (run_id)
+                WHERE r.run_id = ? ORDER BY x.case_name""",
+            [run_id],
+        ).df()
+
+
+def series_steps(db: Database, *, hardware: str, protocol: str, commits: list[str] | None = None) -> pd.DataFrame:
+    """Steps of a series (optionally only those at ``commits``), oldest first, with their cases as a list of
+    structs (case, change, lo, hi, before_us, after_us)."""
+    where = "s.hardware_label = $hw AND s.protocol = $proto"
+    params: dict = {"hw": hardware, "proto": protocol}
+    if commits is not None:
+        where += ' AND list_contains($commits::VARCHAR[], s."commit")'
+        params["commits"] = list(commits)
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT s.*, (SELECT list({{'case': c.case_name, 'change': c.change, 'lo': c.lo, 'hi': c.hi,
+                                           'before_us': c.before_us, 'after_us': c.after_us}} ORDER BY c.case_name)
+                             FROM step_cases c WHERE c.step_id = s.step_id) AS cases
+                FROM steps s WHERE {where} ORDER BY s.created_at, s.step_id""",
+            params,
+        ).df()
+
+
+def verdict(db: Database, run_id: str) -> dict | None:
+    """The stored verdict of one run (a dict of the verdicts row), None when it was not judged."""
+    with db.read() as conn:
+        cur = conn.execute("SELECT * FROM verdicts WHERE run_id = ?", [run_id])
+        row = cur.fetchone()
+        return None if row is None else dict(zip([d[0] for d in cur.description], row, strict=True))
+
+
+def verdict_cases(db: Database, run_id: str) -> pd.DataFrame:
+    with db.read() as conn:
+        return conn.execute(
+            'SELECT case_name AS "case", * EXCLUDE (case_name) FROM verdict_cases WHERE run_id = ? ORDER BY case_name',
+            [run_id],
+        ).df()
+
+
+def changes(
+    db: Database, *, hardware: str | None = None, status: str | None = None, commit: str | None = None,
+    limit: int | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """Every detected step, newest first, one row each: step_id, commit, status, direction, detected_by, cases
+    moved, suite change with its interval, the worst case, fixed_by, ack_reason, message, hardware, protocol,
+    created_at, started_at (of the culprit's run). Filters: hardware label or GPU model, status, commit prefix."""
+    where, params = [], []
+    if hardware is not None:
+        where.append("(s.hardware_label = ? OR r.gpu_model = ?)")
+        params += [hardware, hardware]
+    if status is not None:
+        where.append("s.status = ?")
+        params.append(status)
+    if commit is not None:
+        where.append('starts_with(s."commit", ?)')
+        params.append(commit)
+    lim = "" if limit is None else f"LIMIT {int(limit)}"
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT s.step_id, s."commit", s.status, s.direction, s.detected_by, s.cases_moved, s.n_cases,
+                       s.suite_change, s.suite_lo, s.suite_hi,
+                       (SELECT arg_max(c.case_name, abs(c.change)) FROM step_cases c WHERE c.step_id = s.step_id)
+                           AS worst_case,
+                       (SELECT arg_max(c.change, abs(c.change)) FROM step_cases c WHERE c.step_id = s.step_id)
+                           AS worst_change,
+                       s.fixed_by, s.ack_reason, s.message, s.hardware_label AS hardware, s.protocol, s.branch,
+                       s.run_id, s.created_at, r.started_at
+                FROM steps s LEFT JOIN runs r ON r.run_id = s.run_id
+                {_where(where)} ORDER BY s.created_at DESC, s.step_id DESC {lim}""",
+            params,
+        ).df()
+
+
+def step_cases(db: Database, step_id: str) -> pd.DataFrame:
+    with db.read() as conn:
+        return conn.execute(
+            'SELECT case_name AS "case", change, lo, hi, before_us, after_us FROM step_cases WHERE step_id = ? '
+            "ORDER BY abs(change) DESC",
+            [step_id],
+        ).df()
+
+
+def verdict_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
+    """What to mark on charts for these runs, one row per run x case: the cases of the confirmed steps the
+    runs opened (kind regression / improvement, their change), the suite row of those steps, and the failed
+    cases (incorrect / error). Columns: run_id, commit, case, kind, magnitude, message, started_at, verdict."""
+    cols = ["run_id", "commit", "case", "kind", "magnitude", "message", "started_at", "verdict"]
+    if not run_ids:
+        return pd.DataFrame(columns=cols)
+    with db.read() as conn:
+        return conn.execute(
+            """
+            WITH v AS (SELECT * FROM verdicts WHERE list_contains($ids::VARCHAR[], run_id))
+            SELECT v.run_id, v."commit", c.case_name AS "case",
+                   CASE WHEN c.change > 0 THEN 'regression' ELSE 'improvement' END AS kind, c.change AS magnitude,
+                   v.message, r.started_at, v.verdict
+            FROM v JOIN steps s ON s.step_id = v.step_id JOIN step_cases c ON c.step_id = s.step_id
+                   JOIN runs r ON r.run_id = v.run_id
+            WHERE s.status IN ('open', 'fixed', 'acknowledged', 'improvement')
+            UNION ALL
+            SELECT v.run_id, v."commit", '__suite__',
+                   CASE WHEN s.suite_change > 0 THEN 'regression' ELSE 'improvement' END, s.suite_change,
+                   v.message, r.started_at, v.verdict
+            FROM v JOIN steps s ON s.step_id = v.step_id JOIN runs r ON r.run_id = v.run_id
+            WHERE s.status IN ('open', 'fixed', 'acknowledged', 'improvement') AND s.suite_change IS NOT NULL
+            UNION ALL
+            SELECT v.run_id, v."commit", x.case_name,
+                   CASE WHEN x.status = 'incorrect' THEN 'incorrect' ELSE 'error' END, NULL,
+                   coalesce(split_part(x.error, chr(10), 1), x.status), r.started_at, v.verdict
+            FROM v JOIN results x ON x.run_id = v.run_id JOIN runs r ON r.run_id = v.run_id
+            WHERE x.status <> 'pass'
+            ORDER BY started_at DESC
+            """,
+            {"ids": list(run_ids)},
+        ).df()

@@ -12,9 +12,25 @@ Tables (version 1):
 - ``results``        one row per run x case: status, error, median/eager/cuBLAS/T_SOL (us), score, config...
 - ``samples``        one row per run x case x impl x protocol: summary statistics and ``samples_us DOUBLE[]``
 - ``jobs``           the queue (queued/running/done/failed)
-- ``flags``          regression / improvement / new_record / incorrect / error, per run and case
+- ``flags``          regression / improvement / new_record / incorrect / error, per run and case (version 1's
+                     judging; kept for the history it holds, no longer written)
 - ``records``        best-known figures: published B200 leaderboard rows and the project's own bests
 - ``record_events``  "record broken": a passing run that beat the project's best
+
+Added by version 2:
+- ``verdicts``       one row per judged run: verdict (see ``ci.judge.VERDICTS``), suite change and interval, cases
+                     moved, drift / clock notes, the step it opened, the message
+- ``verdict_cases``  per run x case: change against the level, the tested figure, threshold, z, p, q (FDR), the
+                     noise used, the controls' change, and the confirmation's paired change with its interval
+- ``steps``          one row per detected change of level (culprit commit, status open / fixed / acknowledged /
+                     improvement / ambiguous / not_reproduced / pending, suite change with its interval)
+- ``step_cases``     the cases a step moved: change, interval, level before and after (us)
+- ``noise``          the between-run spread per series (hardware label, protocol) and case last used by judging
+- ``rejected_runs``  result documents that failed validation at ingest, with the reason (never stored as figures)
+- ``watch_state``    the last commit ``solci watch`` saw per (repo, branch)
+- columns: ``commits.parent``; ``runs.purpose`` (measure | confirm), ``runs.harness`` (the harness version),
+  ``runs.quarantine`` (why its figures are impossible, e.g. below the speed of light); ``jobs.lease_owner``,
+  ``jobs.heartbeat_at``, ``jobs.gpu_model``
 
 Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
 geometric mean over a run's cases.
@@ -122,7 +138,60 @@ class Migration:
     apply: Callable[[duckdb.DuckDBPyConnection], None]
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema; published B200 leaderboard records", _v1),)
+_V2_DDL = """
+ALTER TABLE commits ADD COLUMN parent VARCHAR;
+ALTER TABLE runs ADD COLUMN purpose VARCHAR DEFAULT 'measure';
+ALTER TABLE runs ADD COLUMN harness VARCHAR;
+ALTER TABLE runs ADD COLUMN quarantine VARCHAR;
+ALTER TABLE jobs ADD COLUMN lease_owner VARCHAR;
+ALTER TABLE jobs ADD COLUMN heartbeat_at TIMESTAMP;
+ALTER TABLE jobs ADD COLUMN gpu_model VARCHAR;
+CREATE TABLE verdicts (
+    run_id VARCHAR PRIMARY KEY, "commit" VARCHAR, hardware_label VARCHAR, protocol VARCHAR, branch VARCHAR,
+    verdict VARCHAR NOT NULL, n_cases INTEGER, cases_moved INTEGER, suite_change DOUBLE, suite_lo DOUBLE,
+    suite_hi DOUBLE, worst_case VARCHAR, worst_change DOUBLE, drift BOOLEAN, clock BOOLEAN, level_commits INTEGER,
+    baseline_commit VARCHAR, step_id VARCHAR, message VARCHAR NOT NULL, judged_at TIMESTAMP NOT NULL);
+CREATE TABLE verdict_cases (
+    run_id VARCHAR NOT NULL, case_name VARCHAR NOT NULL, status VARCHAR, change DOUBLE, tested_change DOUBLE,
+    threshold DOUBLE, z DOUBLE, p_value DOUBLE, q_value DOUBLE, sigma DOUBLE, moved BOOLEAN, control_change DOUBLE,
+    clock_change DOUBLE, throttled BOOLEAN, confirmed BOOLEAN, confirmed_change DOUBLE, confirmed_lo DOUBLE,
+    confirmed_hi DOUBLE);
+CREATE TABLE steps (
+    step_id VARCHAR PRIMARY KEY, hardware_label VARCHAR NOT NULL, protocol VARCHAR NOT NULL, branch VARCHAR,
+    "commit" VARCHAR NOT NULL, parent_commit VARCHAR, run_id VARCHAR, status VARCHAR NOT NULL,
+    direction VARCHAR NOT NULL, detected_by VARCHAR NOT NULL, n_cases INTEGER, cases_moved INTEGER,
+    suite_change DOUBLE, suite_lo DOUBLE, suite_hi DOUBLE, fixed_by VARCHAR, ack_reason VARCHAR, ack_at TIMESTAMP,
+    message VARCHAR, created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL);
+CREATE TABLE step_cases (
+    step_id VARCHAR NOT NULL, case_name VARCHAR NOT NULL, change DOUBLE, lo DOUBLE, hi DOUBLE, before_us DOUBLE,
+    after_us DOUBLE);
+CREATE TABLE noise (
+    hardware_label VARCHAR NOT NULL, protocol VARCHAR NOT NULL, case_name VARCHAR NOT NULL, sigma_screen DOUBLE,
+    sigma_pair DOUBLE, sigma_adjusted DOUBLE, n_screen INTEGER, n_pair INTEGER, updated_at TIMESTAMP NOT NULL);
+CREATE TABLE rejected_runs (
+    run_id VARCHAR, job_id BIGINT, "commit" VARCHAR, repo VARCHAR, branch VARCHAR, reason VARCHAR NOT NULL,
+    size_bytes BIGINT, excerpt VARCHAR, received_at TIMESTAMP NOT NULL);
+CREATE TABLE IF NOT EXISTS watch_state (
+    repo VARCHAR NOT NULL, branch VARCHAR NOT NULL, last_commit VARCHAR NOT NULL, updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (repo, branch));
+"""
+
+
+def _v2(conn: duckdb.DuckDBPyConnection) -> None:
+    for stmt in _V2_DDL.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema; published B200 leaderboard records", _v1),
+    Migration(
+        2,
+        "stored judging (verdicts, steps, noise), run purpose/harness/quarantine, commit parents, rejected runs, "
+        "job leases, watch state",
+        _v2,
+    ),
+)
 CURRENT_VERSION = MIGRATIONS[-1].version
 
 

@@ -10,7 +10,9 @@
   (default 50) drawn around the median with relative spread ``noise`` (seeded by run_id: reproducible);
 - ``status``: "pass" | "incorrect" | "error" | "timeout" for all cases, or a dict {case name: status}
   (cases left out pass); incorrect cases keep timings, error/timeout cases have none;
-- ``scale``: multiplies every kernel median (and its samples): ``scale=2.0`` is a 2x slower run.
+- ``scale``: multiplies every kernel median (and its samples): ``scale=2.0`` is a 2x slower run;
+  ``control_scale`` the eager and cuBLAS figures (machine drift); ``clock_mhz`` / ``throttle`` fill the NVML
+  telemetry (SM clock, throttle reason names) of every case.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ def make_result(
     scale: float = 1.0,
     impls: Sequence[str] = ("kernel", "eager", "cublas"),
     seed: str | None = None,
+    control_scale: float = 1.0,
+    clock_mhz: float | None = None,
+    throttle: Sequence[str] = (),
 ) -> dict:
     """A valid result document; see the module docstring."""
     run_id = run_id or uuid.uuid4().hex
@@ -117,7 +122,7 @@ def make_result(
                     else:
                         xs = draw_samples(med[n], n_samples, noise, f"{seed}/{n}/{impl}")
                 else:
-                    centre = base[n] * (1.25 if impl == "eager" else 0.9)
+                    centre = base[n] * (1.25 if impl == "eager" else 0.9) * control_scale
                     xs = draw_samples(centre, n_samples, noise, f"{seed}/{n}/{impl}")
                 stats = timing_stats(xs)
                 figures[impl] = stats["median_us"]
@@ -135,7 +140,9 @@ def make_result(
                 "correctness": None, "timings": timings,
                 "median_us": figures["kernel"], "eager_us": figures["eager"], "cublas_us": figures["cublas"],
                 "t_sol_us": t_sol, "score": score, "config": {"block_m": 128} if timed else None,
-                "telemetry": None, "wall_s": 0.5,
+                "telemetry": None if clock_mhz is None else {
+                    side: {"sm_clock_mhz": clock_mhz, "throttle": list(throttle)} for side in ("before", "after")
+                }, "wall_s": 0.5,
             }
         )  # fmt: skip
 

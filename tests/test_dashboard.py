@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ci.regression import judge_run
+from ci.judging import judge_run
 from dashboard import charts, data
 from dashboard.data import Selection
 from kernel.workload import SMOKE_CASES
@@ -124,9 +124,9 @@ def test_flag_table_merges_flags_and_change_points_newest_first(h200: dict) -> N
     assert {"regression", "incorrect"} <= kinds
     assert (h200["steps"]["case"] == "__suite__").any()  # the 15% step is found in the suite series
     table = data.flag_table(h200["flags"], h200["steps"])
-    assert {"judged vs earlier runs", "change point (PELT)"} == set(table["source"])
+    assert {"verdict (confirmed)", "stored step"} == set(table["source"])
     assert table["started_at"].is_monotonic_decreasing
-    step = table[table["source"] == "change point (PELT)"].iloc[-1]
+    step = table[table["source"] == "stored step"].iloc[-1]
     assert step["commit"].startswith(f"{SLOW_FROM:02d}") and step["change"] == pytest.approx(0.15, abs=0.02)
 
 

@@ -12,7 +12,7 @@ import pytest
 from ci.executors import MeasureOptions, choose_executor
 from ci.executors.docker import LABEL, DockerExecutor
 from ci.executors.local import LocalExecutor
-from ci.runner import classify
+from ci.runner import outcome_of
 from tests.repo_factory import ProjectRepo, make_project_repo
 
 REASON = DockerExecutor.unavailable_reason()
@@ -100,7 +100,7 @@ def test_unimportable_kernel_crashes(repo: ProjectRepo, executor: DockerExecutor
     assert ex.status == "ok" and ex.doc is not None, ex.log[-3000:]
     assert {c["status"] for c in ex.doc["cases"]} == {"error"}
     assert all("SyntaxError" in (c["error"] or "") for c in ex.doc["cases"])
-    assert classify(ex.doc, []) == "crashed"
+    assert outcome_of("broken", {c["status"] for c in ex.doc["cases"]}) == "crashed"
 
 
 def test_context_gets_the_runners_dockerfile_when_the_commit_has_none(tmp_path: Path,

@@ -1,0 +1,466 @@
+"""Judging a stored run: read its series from storage, apply ``ci.judge``'s rules, store the judgement.
+
+``judge_run(db, run_id, ancestry=..., confirm=...)`` is what the runner calls after ingesting a run:
+
+1. a run of the CPU interpreter is a functional check: ``functional`` (or ``incorrect`` / ``broken``), never
+   judged for speed; a run that failed a case is ``incorrect`` / ``broken``; a quarantined run (faster than
+   its hardware's speed of light) is ``quarantined``;
+2. otherwise the run is screened against its level (``ci.judge.Series.screen``); when it moved and
+   ``confirm`` is given, the runner re-measures the commit and the newest commit of its level, interleaved,
+   and the pairs decide (``Series.decide``); without ``confirm`` the screen decides (and drift or clocks make
+   the verdict ambiguous);
+3. then the newest level is searched for a step screening missed (``Series.late_candidate``), confirmed the
+   same way and stored on its own culprit (it never changes the current run's verdict).
+
+Everything judged is stored (``storage.verdicts``); the dashboard and ``solci flags`` only read it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ci.judge import (
+    SUITE,
+    Change,
+    Decision,
+    JudgeConfig,
+    Noise,
+    Point,
+    RunFigures,
+    Screen,
+    Series,
+    Step,
+    pair_up,
+)
+from storage import queries
+from storage.db import Database, StorageError
+from storage.verdicts import Judgement, record_judgement, record_step
+
+# confirm(parent commit, commit, cases) -> the runs it measured, in order, as (label "A" | "B", run_id)
+Confirm = Callable[[str, str, list[str]], list[tuple[str, str]]]
+THROTTLE_REASONS = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
+
+
+@dataclass
+class Outcome:
+    """A run's judging: its verdict and message, the step it opened, and a late step found meanwhile."""
+
+    run_id: str
+    verdict: str
+    message: str
+    step_id: str | None = None
+    late: str | None = None  # a line about a late step stored on an earlier commit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "verdict": self.verdict, "message": self.message, "step_id": self.step_id}
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def _telemetry(text: Any) -> tuple[float | None, bool]:
+    """(mean SM clock in MHz, throttled) from a results.telemetry JSON (NVML before/after the case)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None, False
+    try:
+        t = json.loads(text) if isinstance(text, str) else text
+    except (TypeError, ValueError):
+        return None, False
+    clocks, throttled = [], False
+    for key in ("before", "after"):
+        s = (t or {}).get(key) or {}
+        if isinstance(s.get("sm_clock_mhz"), (int, float)) and s["sm_clock_mhz"] > 0:
+            clocks.append(float(s["sm_clock_mhz"]))
+        throttled = throttled or bool(THROTTLE_REASONS & set(s.get("throttle") or []))
+    return (sum(clocks) / len(clocks) if clocks else None), throttled
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def figures_from_rows(rows: pd.DataFrame) -> list[RunFigures]:
+    """RunFigures per run of ``series_runs`` / ``run_figures`` rows, in the rows' order."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows.itertuples(index=False):
+        d = out.setdefault(
+            r.run_id,
+            {
+                "commit": r.commit,
+                "purpose": r.purpose or "measure",
+                "job": r.job_id,
+                "kernel": {},
+                "cublas": {},
+                "eager": {},
+                "clock": {},
+                "throttled": set(),
+            },
+        )
+        k = _num(r.median_us)
+        if k is not None:
+            d["kernel"][r.case] = k
+        for impl in ("cublas", "eager"):
+            v = _num(getattr(r, f"{impl}_us"))
+            if v is not None:
+                d[impl][r.case] = v
+        clock, throttled = _telemetry(r.telemetry)
+        if clock:
+            d["clock"][r.case] = clock
+        if throttled:
+            d["throttled"].add(r.case)
+    return [
+        RunFigures(
+            run_id,
+            d["commit"],
+            d["kernel"],
+            {"cublas": d["cublas"], "eager": d["eager"]},
+            d["clock"],
+            frozenset(d["throttled"]),
+            d["purpose"],
+            None if pd.isna(d["job"]) else int(d["job"]),
+        )
+        for run_id, d in out.items()
+    ]
+
+
+def _steps(df: pd.DataFrame) -> list[Step]:
+    steps = []
+    for s in df.itertuples(index=False):
+        cases = {}
+        before, after = {}, {}
+        for c in s.cases if isinstance(s.cases, (list, tuple, np.ndarray)) else []:
+            cases[c["case"]] = Change(c["change"] or 0.0, c["lo"] or 0.0, c["hi"] or 0.0)
+            if c.get("before_us"):
+                before[c["case"]] = math.log(c["before_us"])
+            if c.get("after_us"):
+                after[c["case"]] = math.log(c["after_us"])
+        suite = None
+        if _num(s.suite_change) is not None:
+            suite = Change(s.suite_change, _num(s.suite_lo) or 0.0, _num(s.suite_hi) or 0.0)
+        steps.append(
+            Step(
+                s.step_id,
+                s.commit,
+                s.parent_commit,
+                s.status,
+                s.direction,
+                cases,
+                suite,
+                s.detected_by,
+                before,
+                after,
+                s.fixed_by,
+            )
+        )
+    return steps
+
+
+def load_series(
+    db: Database, info: dict, ancestry: Sequence[str] | None, cfg: JudgeConfig
+) -> tuple[Series, RunFigures]:
+    """The series of a stored run (its hardware label and protocol, along ``ancestry``) and the run itself."""
+    rows = queries.series_runs(
+        db,
+        hardware=info["hardware_label"],
+        protocol=info["protocol"],
+        run_id=info["run_id"],
+        ancestry=list(ancestry) if ancestry else None,
+        max_runs=cfg.noise_points * 4,
+    )
+    points: dict[str, Point] = {}
+    for fig in figures_from_rows(rows):
+        points.setdefault(fig.commit, Point(fig.commit)).runs.append(fig)
+    order = list(points.values())
+    own = figures_from_rows(queries.run_figures(db, info["run_id"]))[0]
+    # the run's own commit goes last: its earlier runs (A/A re-runs) are part of the point it joins
+    order.sort(key=lambda p: p.commit == own.commit)
+    steps = _steps(
+        queries.series_steps(
+            db,
+            hardware=info["hardware_label"],
+            protocol=info["protocol"],
+            commits=[p.commit for p in order] + [own.commit],
+        )
+    )
+    return Series(order, steps, cfg), own
+
+
+# ------------------------------------------------------------------------------------------------ storing
+def _verdict_row(info: dict, verdict: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": info["run_id"],
+        "commit": info["commit"],
+        "hardware_label": info["hardware_label"],
+        "protocol": info["protocol"],
+        "branch": info.get("branch"),
+        "verdict": verdict,
+        "n_cases": info.get("n_cases"),
+        "message": message,
+        **extra,
+    }
+
+
+def _step_rows(step: Step, info: dict, run_id: str | None, message: str) -> tuple[dict, list[dict]]:
+    row = {
+        "step_id": step.step_id,
+        "hardware_label": info["hardware_label"],
+        "protocol": info["protocol"],
+        "branch": info.get("branch"),
+        "commit": step.commit,
+        "parent_commit": step.parent,
+        "run_id": run_id,
+        "status": step.status,
+        "direction": step.direction,
+        "detected_by": step.detected_by,
+        "n_cases": info.get("n_cases"),
+        "cases_moved": len(step.cases),
+        "suite_change": step.suite.change if step.suite else None,
+        "suite_lo": step.suite.lo if step.suite else None,
+        "suite_hi": step.suite.hi if step.suite else None,
+        "fixed_by": step.fixed_by,
+        "message": message,
+    }
+    cases = [
+        {
+            "case_name": c,
+            "change": ch.change,
+            "lo": ch.lo,
+            "hi": ch.hi,
+            "before_us": math.exp(step.before_log[c]) if c in step.before_log else None,
+            "after_us": math.exp(step.after_log[c]) if c in step.after_log else None,
+        }
+        for c, ch in step.cases.items()
+    ]
+    return row, cases
+
+
+def _case_rows(screen: Screen | None, decision: Decision | None, statuses: dict[str, str]) -> list[dict]:
+    rows = []
+    for case, status in statuses.items():
+        r: dict[str, Any] = {"case_name": case, "status": status}
+        s = screen.cases.get(case) if screen else None
+        if s is not None:
+            r.update(
+                change=math.expm1(s.change),
+                tested_change=math.expm1(s.tested_change),
+                threshold=math.expm1(s.threshold),
+                z=s.z,
+                p_value=s.p_value,
+                q_value=s.q_value,
+                sigma=s.sigma,
+                moved=s.moved,
+                throttled=s.throttled,
+                control_change=None if s.control_change is None else math.expm1(s.control_change),
+                clock_change=None if s.clock_change is None else math.expm1(s.clock_change),
+            )
+        c = decision.confirmation.get(case) if decision else None
+        if c is not None:
+            r.update(
+                confirmed=c.confirmed,
+                confirmed_change=c.change.change,
+                confirmed_lo=c.change.lo,
+                confirmed_hi=c.change.hi,
+            )
+        rows.append(r)
+    if screen is not None and screen.suite is not None:
+        s = screen.suite
+        r = {
+            "case_name": SUITE,
+            "status": "pass",
+            "change": math.expm1(s.change),
+            "tested_change": math.expm1(s.change),
+            "threshold": math.expm1(s.threshold),
+            "z": s.z,
+            "p_value": s.p_value,
+            "q_value": s.q_value,
+            "sigma": s.sigma,
+            "moved": s.moved,
+            "control_change": None if s.control_change is None else math.expm1(s.control_change),
+        }
+        sc = decision.suite_confirmation if decision else None
+        if sc is not None:
+            r.update(
+                confirmed=sc.confirmed,
+                confirmed_change=sc.change.change,
+                confirmed_lo=sc.change.lo,
+                confirmed_hi=sc.change.hi,
+            )
+        rows.append(r)
+    return rows
+
+
+def _noise_rows(noise: Noise) -> list[dict]:
+    return [
+        {
+            "case_name": c,
+            "sigma_screen": s,
+            "sigma_pair": noise.pair.get(c),
+            "sigma_adjusted": noise.adjusted.get(c),
+            "n_screen": noise.n_screen.get(c),
+            "n_pair": noise.n_pair.get(c),
+        }
+        for c, s in noise.screen.items()
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ judging
+def _functional(info: dict, cases: pd.DataFrame) -> tuple[str, str]:
+    bad = cases[cases["status"] != "pass"]
+    if bad.empty:
+        if info["mode"] != "gpu":
+            return "functional", f"{len(cases)} cases correct ({info['mode']}: a functional check, not a speed figure)"
+        return "pass", ""
+    incorrect = bad[bad["status"] == "incorrect"]
+    first = bad.iloc[0]
+    err = str(first["error"] or "").strip().splitlines()
+    detail = f"{first['case']}: {err[0][:200] if err else first['status']}"
+    if not incorrect.empty and len(incorrect) == len(bad):
+        return "incorrect", f"{len(incorrect)} of {len(cases)} cases incorrect; first {detail}"
+    return (
+        "broken",
+        f"{len(bad)} of {len(cases)} cases failed ({', '.join(sorted(set(bad['status'])))}); first {detail}",
+    )
+
+
+def new_step_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def judge_run(
+    db: Database,
+    run_id: str,
+    *,
+    ancestry: Sequence[str] | None = None,
+    confirm: Confirm | None = None,
+    cfg: JudgeConfig | None = None,
+    late: bool = True,
+) -> Outcome:
+    """Judge one stored run and store the judgement (see the module docstring); returns its outcome.
+
+    ``ancestry``: the run's commit and its first-parent ancestors, newest first (``git rev-list
+    --first-parent``); without it the series is the same branch in time order."""
+    cfg = cfg or JudgeConfig()
+    info = queries.run_info(db, run_id)
+    if info is None:
+        raise StorageError(f"{db.path}: no run {run_id!r} to judge")
+    cases = queries.run_cases(db, run_id)
+    statuses = dict(zip(cases["case"], cases["status"], strict=True)) if not cases.empty else {}
+    if info.get("quarantine"):
+        msg = f"quarantined: {info['quarantine']}"
+        record_judgement(db, Judgement(_verdict_row(info, "quarantined", msg), _case_rows(None, None, statuses)))
+        return Outcome(run_id, "quarantined", msg)
+    verdict, msg = _functional(info, cases) if not cases.empty else ("broken", "no cases in the run")
+    if verdict != "pass":
+        record_judgement(db, Judgement(_verdict_row(info, verdict, msg), _case_rows(None, None, statuses)))
+        return Outcome(run_id, verdict, msg)
+
+    series, own = load_series(db, info, ancestry, cfg)
+    noise = series.noise(own.kernel)
+    screen = series.screen(own, noise)
+    parent = screen.level_commits[-1] if screen.level_commits else None
+    step_id = f"{run_id[:12]}-{new_step_id()[:6]}"
+    pairs = None
+    if screen.moved and not screen.baseline and confirm is not None and parent is not None:
+        pending = Step(
+            step_id,
+            own.commit,
+            parent,
+            "pending",
+            "slower" if (screen.suite.change if screen.suite else 0) > 0 else "faster",
+        )
+        row, _ = _step_rows(pending, info, run_id, "moved at screening; confirming against " + parent[:12])
+        record_judgement(
+            db,
+            Judgement(
+                _verdict_row(
+                    info, "suspect", f"moved at screening; re-measuring it against {parent[:12]}", step_id=step_id
+                ),
+                _case_rows(screen, None, statuses),
+                row,
+            ),
+        )
+        labelled = confirm(parent, own.commit, screen.cases_to_confirm())
+        pairs = _pairs(db, labelled)
+        series, own = load_series(db, info, ancestry, cfg)  # the confirmation's runs are now in the history
+        noise = series.noise(own.kernel)
+    decision = series.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
+    judgement = _judgement(info, run_id, screen, decision, statuses, noise)
+    record_judgement(db, judgement)
+    out = Outcome(run_id, decision.verdict, decision.message, decision.step.step_id if decision.step else None)
+    if late and confirm is not None:
+        out.late = _late_step(db, info, ancestry, cfg, confirm)
+    return out
+
+
+def _judgement(
+    info: dict, run_id: str, screen: Screen, decision: Decision, statuses: dict[str, str], noise: Noise
+) -> Judgement:
+    moved = [c for c, s in screen.cases.items() if s.moved]
+    worst = max(screen.cases.values(), key=lambda s: abs(s.change), default=None)
+    extra: dict[str, Any] = {
+        "cases_moved": len(decision.step.cases) if decision.step and decision.step.is_boundary else len(moved),
+        "worst_case": worst.case if worst else None,
+        "worst_change": math.expm1(worst.change) if worst else None,
+        "drift": screen.drift,
+        "clock": screen.clock,
+        "level_commits": len(screen.level_commits),
+        "baseline_commit": screen.level_commits[-1] if screen.level_commits else None,
+        "step_id": decision.step.step_id if decision.step else None,
+    }
+    if decision.step is not None and decision.step.suite is not None:
+        extra.update(
+            suite_change=decision.step.suite.change, suite_lo=decision.step.suite.lo, suite_hi=decision.step.suite.hi
+        )
+    elif screen.suite is not None:
+        ch = Change.from_log(screen.suite.change, screen.suite.threshold)
+        extra.update(suite_change=ch.change, suite_lo=ch.lo, suite_hi=ch.hi)
+    j = Judgement(
+        _verdict_row(info, decision.verdict, decision.message, **extra),
+        _case_rows(screen, decision, statuses),
+        noise=_noise_rows(noise),
+    )
+    if decision.step is not None:
+        j.step, j.step_cases = _step_rows(decision.step, info, run_id, decision.message)
+        j.fixes = list(decision.fixes)
+    return j
+
+
+def _pairs(db: Database, labelled: list[tuple[str, str]]) -> list[tuple[RunFigures, RunFigures]]:
+    runs = []
+    for label, rid in labelled:
+        figs = figures_from_rows(queries.run_figures(db, rid))
+        if figs:
+            runs.append((label, figs[0]))
+    return pair_up(runs)
+
+
+def _late_step(
+    db: Database, info: dict, ancestry: Sequence[str] | None, cfg: JudgeConfig, confirm: Confirm
+) -> str | None:
+    series, own = load_series(db, info, ancestry, cfg)
+    series.add_run(own)
+    cand = series.late_candidate()
+    if cand is None:
+        return None
+    culprit, parent, cases, change = cand
+    labelled = confirm(parent, culprit, cases)
+    series, own = load_series(db, info, ancestry, cfg)
+    series.add_run(own)
+    step_id = f"late-{culprit[:12]}-{new_step_id()[:6]}"
+    d = series.decide_late(culprit, parent, cases, change, _pairs(db, labelled), step_id=step_id)
+    if d.step is None:
+        return None
+    culprit_run = next(
+        (r.run_id for r in series.points[series.index_of(culprit) or 0].runs if r.purpose == "measure"), None
+    )
+    row, step_cases = _step_rows(d.step, info, culprit_run, d.message)
+    record_step(db, row, step_cases, d.fixes)
+    return f"late step at {culprit[:12]}: {d.message}"

@@ -1,0 +1,188 @@
+"""Writes of judging: a run's verdict and per-case figures, the steps it opens or changes, the noise model it
+used, and acknowledgements. Judging (``ci.judging``) decides; this module stores, each judgement in one
+transaction. Reads are in ``storage.queries`` (``verdict``, ``changes``, ``series_runs`` ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from storage.db import Database, StorageError
+from storage.ingest import insert_rows
+
+VERDICT_COLUMNS = (
+    "run_id",
+    "commit",
+    "hardware_label",
+    "protocol",
+    "branch",
+    "verdict",
+    "n_cases",
+    "cases_moved",
+    "suite_change",
+    "suite_lo",
+    "suite_hi",
+    "worst_case",
+    "worst_change",
+    "drift",
+    "clock",
+    "level_commits",
+    "baseline_commit",
+    "step_id",
+    "message",
+)
+CASE_COLUMNS = (
+    "case_name",
+    "status",
+    "change",
+    "tested_change",
+    "threshold",
+    "z",
+    "p_value",
+    "q_value",
+    "sigma",
+    "moved",
+    "control_change",
+    "clock_change",
+    "throttled",
+    "confirmed",
+    "confirmed_change",
+    "confirmed_lo",
+    "confirmed_hi",
+)
+STEP_COLUMNS = (
+    "step_id",
+    "hardware_label",
+    "protocol",
+    "branch",
+    "commit",
+    "parent_commit",
+    "run_id",
+    "status",
+    "direction",
+    "detected_by",
+    "n_cases",
+    "cases_moved",
+    "suite_change",
+    "suite_lo",
+    "suite_hi",
+    "fixed_by",
+    "message",
+)
+STEP_CASE_COLUMNS = ("case_name", "change", "lo", "hi", "before_us", "after_us")
+ACKABLE = ("open", "ambiguous")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+@dataclass
+class Judgement:
+    """What one judging of a run stores (plain values; ``ci.judging`` fills it)."""
+
+    verdict: dict[str, Any]  # VERDICT_COLUMNS
+    cases: list[dict[str, Any]] = field(default_factory=list)  # CASE_COLUMNS
+    step: dict[str, Any] | None = None  # STEP_COLUMNS
+    step_cases: list[dict[str, Any]] = field(default_factory=list)  # STEP_CASE_COLUMNS
+    fixes: list[str] = field(default_factory=list)  # step ids that become fixed by ``step``
+    noise: list[dict[str, Any]] = field(default_factory=list)  # case_name, sigma_screen, sigma_pair, ...
+
+
+def _row(d: Mapping[str, Any], cols: Sequence[str]) -> list[Any]:
+    return [d.get(c) for c in cols]
+
+
+def _write_step(
+    conn: Any, step: Mapping[str, Any], cases: Sequence[Mapping[str, Any]], fixes: Sequence[str], now: datetime
+) -> None:
+    sid = step["step_id"]
+    old = conn.execute("SELECT created_at FROM steps WHERE step_id = ?", [sid]).fetchone()
+    conn.execute("DELETE FROM steps WHERE step_id = ?", [sid])
+    conn.execute("DELETE FROM step_cases WHERE step_id = ?", [sid])
+    columns = ", ".join(f'"{c}"' for c in STEP_COLUMNS)
+    conn.execute(
+        f"INSERT INTO steps ({columns}, created_at, updated_at) VALUES ({', '.join(['?'] * (len(STEP_COLUMNS) + 2))})",
+        [*_row(step, STEP_COLUMNS), old[0] if old else now, now],
+    )
+    insert_rows(conn, "step_cases", [[sid, *_row(c, STEP_CASE_COLUMNS)] for c in cases])
+    for fixed in fixes:
+        conn.execute(
+            "UPDATE steps SET status = 'fixed', fixed_by = ?, updated_at = ? WHERE step_id = ? AND status = 'open'",
+            [sid, now, fixed],
+        )
+
+
+def record_judgement(db: Database, j: Judgement) -> None:
+    """Store a judgement: replaces the run's earlier verdict (a job retried after its runner died is judged
+    again) and the step of the same id; marks the fixed steps; refreshes the series' noise rows."""
+    now = _now()
+    run_id = j.verdict["run_id"]
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM verdicts WHERE run_id = ?", [run_id])
+        conn.execute("DELETE FROM verdict_cases WHERE run_id = ?", [run_id])
+        insert_rows(conn, "verdicts", [[*_row(j.verdict, VERDICT_COLUMNS), now]])
+        insert_rows(conn, "verdict_cases", [[run_id, *_row(c, CASE_COLUMNS)] for c in j.cases])
+        if j.step is not None:
+            _write_step(conn, j.step, j.step_cases, j.fixes, now)
+        if j.noise:
+            hw, proto = j.verdict["hardware_label"], j.verdict["protocol"]
+            conn.execute("DELETE FROM noise WHERE hardware_label = ? AND protocol = ?", [hw, proto])
+            insert_rows(
+                conn,
+                "noise",
+                [
+                    [
+                        hw,
+                        proto,
+                        n["case_name"],
+                        n.get("sigma_screen"),
+                        n.get("sigma_pair"),
+                        n.get("sigma_adjusted"),
+                        n.get("n_screen"),
+                        n.get("n_pair"),
+                        now,
+                    ]
+                    for n in j.noise
+                ],
+            )
+
+
+def record_step(
+    db: Database, step: Mapping[str, Any], cases: Sequence[Mapping[str, Any]], fixes: Sequence[str] = ()
+) -> None:
+    """Store a step found apart from a run's own verdict (a late step at an earlier commit)."""
+    with db.transaction() as conn:
+        _write_step(conn, step, cases, fixes, _now())
+
+
+def acknowledge(db: Database, commit: str, reason: str, *, hardware: str | None = None) -> list[dict[str, Any]]:
+    """Accept the open (or ambiguous) steps at ``commit`` (a full sha or a prefix) as intended: their status
+    becomes acknowledged, with the reason. Returns the steps changed; StorageError when there are none."""
+    if not reason or not reason.strip():
+        raise StorageError("ack: a --reason is required (why the change is intended)")
+    where = 'starts_with("commit", ?) AND status IN (?, ?)'
+    params: list[Any] = [commit, *ACKABLE]
+    if hardware is not None:
+        where += " AND hardware_label = ?"
+        params.append(hardware)
+    with db.transaction() as conn:
+        rows = conn.execute(
+            f'SELECT step_id, "commit", status, hardware_label, protocol FROM steps WHERE {where}', params
+        ).fetchall()
+        if not rows:
+            known = conn.execute(
+                'SELECT DISTINCT status FROM steps WHERE starts_with("commit", ?)', [commit]
+            ).fetchall()
+            what = f"its steps are {', '.join(sorted(r[0] for r in known))}" if known else "no step names it"
+            raise StorageError(f"ack: no open step at commit {commit!r} in {db.path} ({what})")
+        now = _now()
+        conn.execute(
+            f"UPDATE steps SET status = 'acknowledged', ack_reason = ?, ack_at = ?, updated_at = ? WHERE {where}",
+            [reason.strip(), now, now, *params],
+        )
+    return [
+        {"step_id": r[0], "commit": r[1], "previous_status": r[2], "hardware": r[3], "protocol": r[4]} for r in rows
+    ]
