@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-tool call for kernel work. Usage (GPU machine, repo root):
-#   bash scripts/gpu_kernel_session.sh [tests] [diag] [sweep] [bench] [bench-swept]
+#   bash scripts/gpu_kernel_session.sh [tests] [diag] [stages] [ncu] [sweep] [bench] [bench-swept]
 # sweep saves the fastest configuration per M bucket to $OUT/best.json; bench-swept times the 16 cases with it.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -9,7 +9,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 for step in "$@"; do
   case $step in
-    tests) timeout 240 python3 -m pytest -q -x tests/test_kernel_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -8 ;;
+    tests) timeout 240 python3 -m pytest -q tests/test_kernel_gpu.py tests/test_schedule.py 2>&1 \
+             | tee "$OUT/gpu_tests.log" | tail -8 ;;
+    stages) timeout 200 python3 scripts/diag_stages.py 2>&1 | grep -v -i warn | tee "$OUT/exp_stages.log" ;;
+    ncu) ncu=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+         timeout 200 "$ncu" --clock-control none --cache-control all -k regex:_fused_bwd_kernel \
+           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+           --section WarpStateStats python3 scripts/diag_ncu.py 1,256 4,128 4,256 > "$OUT/ncu_small_m.txt" 2>&1
+         grep -E "^  _fused|Duration|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall" \
+           "$OUT/ncu_small_m.txt" | head -60 ;;
     diag) timeout 200 python3 scripts/diag_overhead.py 2>&1 | tee "$OUT/diag.log" ;;
     sweep) timeout 330 python3 -m kernel.bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
              | grep -v -i warn | tee "$OUT/sweep.log" ;;

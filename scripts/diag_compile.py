@@ -1,0 +1,119 @@
+"""Compile the fused kernel for sm_90 on a machine without a GPU: shared memory, registers, spills, PTX facts.
+
+Usage (CPU host, triton installed): python scripts/diag_compile.py [M ...] [--set num_stages=5 --set tma_store=False]
+Catches compile errors, shared-memory overflows and register spills of a configuration before any device time
+is spent on it. Mirrors the launcher's CUDA path (host tensor descriptors, bf16 wgmma).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import replace
+
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile, make_backend
+from triton.runtime.jit import create_function_from_signature
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from kernel.attn_output_proj_backward import _CONSTEXPR_NAMES, _fused_bwd_kernel, _shape_strides
+from kernel.configs import WARP_SPECIALIZE, config_for
+from kernel.schedule import plan_schedule
+from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
+
+
+def compile_for(m: int, s: int, cfg, programs: int = 132):
+    plan = plan_schedule(m, cfg, programs)
+    b = m // s
+    go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
+    x2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
+    w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    ga = torch.empty(b, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
+    ga_tma = cfg.ga_tma_store and s % cfg.ga_bm == 0
+
+    def desc(t, block, shape=None):
+        sh, st = _shape_strides(t, shape)
+        return TensorDescriptor(t, sh, st, list(block))
+
+    descs = (
+        desc(go2, (cfg.ga_bm, cfg.bk)),
+        desc(w2, (cfg.bk, cfg.ga_bn)),
+        desc(go2, (cfg.bk, cfg.gw_bm)),
+        desc(x2, (cfg.bk, cfg.gw_bn)),
+        desc(gw, (cfg.gw_bm, cfg.gw_bn)),
+        desc(ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (b * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
+    )
+    args = (*descs, go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga)
+    constexprs = (
+        plan.ga_first,
+        cfg.tma_store,
+        ga_tma,
+        WARP_SPECIALIZE.index(cfg.warp_specialize),
+        HIDDEN,
+        NUM_HEADS,
+        HEAD_DIM,
+        cfg.ga_bm,
+        cfg.ga_bn,
+        cfg.gw_bm,
+        cfg.gw_bn,
+        cfg.bk,
+        cfg.group,
+        cfg.use_tma,
+        False,
+        False,
+    )
+    kwargs = dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True))
+    kwargs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    fn = _fused_bwd_kernel
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, options = binder(*args, **kwargs)
+    options, signature, cexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
+    return plan, compile(ASTSource(fn, signature, cexprs, attrs), target=target, options=options.__dict__)
+
+
+def _resource_usage(cubin: bytes) -> str:
+    """REG / STACK / local-memory figures from cuobjdump (Triton's own copy) for one cubin."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(cubin)
+        fh.flush()
+        out = subprocess.run([tool, "-res-usage", fh.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
+    return f"regs {m.group(1)}, stack {m.group(2)}, local {m.group(4)}" if m else out.strip()[-200:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ms", nargs="*", type=int, default=[256, 512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--seq", type=int, default=128, help="seq_len of the shape compiled (S)")
+    ap.add_argument("--set", action="append", default=[], help="config override key=value (int or str)")
+    args = ap.parse_args()
+    over = {}
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        over[k] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
+    for m in args.ms:
+        cfg = replace(config_for(m, (9, 0)), **over)
+        plan, k = compile_for(m, min(args.seq, m), cfg)
+        ptx = k.asm["ptx"]
+        res = _resource_usage(k.asm["cubin"])
+        print(
+            f"M={m:<5} {cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} "
+            f"s{cfg.num_stages} g{cfg.group} plan p_ga={plan.p_ga} programs={plan.programs}: "
+            f"shared {k.metadata.shared} B, {res}, "
+            f"atom {len(re.findall(r'atom[.]', ptx))}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}"
+        )
+
+
+if __name__ == "__main__":
+    main()
