@@ -48,16 +48,17 @@ Handler = Callable[[argparse.Namespace], int]
 LOCK_TIMEOUT_ENV = "SOLCI_LOCK_TIMEOUT"
 
 
-def open_db(args: argparse.Namespace) -> Any:
+def open_db(args: argparse.Namespace, *, create: bool = True) -> Any:
     """The database of ``--db`` (else $SOLCI_DB / the default); ``$SOLCI_LOCK_TIMEOUT`` seconds of waiting
-    for a file another process holds (default 30)."""
+    for a file another process holds (default 30). Readers pass ``create=False``: a missing file is then an
+    error (exit 2), never a new empty history."""
     from storage.db import Database
 
     try:
         lock_timeout = float(os.environ.get(LOCK_TIMEOUT_ENV) or 30.0)
     except ValueError:
         raise ValueError(f"${LOCK_TIMEOUT_ENV}: expected seconds, got {os.environ[LOCK_TIMEOUT_ENV]!r}") from None
-    return Database(getattr(args, "db", None) or None, lock_timeout=lock_timeout)
+    return Database(getattr(args, "db", None) or None, lock_timeout=lock_timeout, create=create)
 
 
 def error(msg: str) -> None:

@@ -19,7 +19,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     from storage.queries import history
 
     limit = args.limit if args.limit and args.limit > 0 else None
-    df = history(open_db(args), case=args.case, hardware=args.hardware, protocol=args.protocol, limit=limit)
+    df = history(
+        open_db(args, create=False), case=args.case, hardware=args.hardware, protocol=args.protocol, limit=limit
+    )
     if not df.empty:
         df = df.assign(commit=df["commit"].str[:12], run_id=df["run_id"].str[:8])
         cols = [
@@ -45,7 +47,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
     """Each detected change of level once (newest first); ``--cases``: the cases each one moved."""
     from storage.queries import changes, step_cases
 
-    db = open_db(args)
+    db = open_db(args, create=False)
     df = changes(db, hardware=args.hardware, status=args.status, commit=args.commit, limit=args.limit + 1)
     more = len(df) > args.limit
     df = df.head(args.limit)
@@ -90,7 +92,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
 def cmd_records(args: argparse.Namespace) -> int:
     from storage.queries import records
 
-    print_table(records(open_db(args)))
+    print_table(records(open_db(args, create=False)))
     return 0
 
 
@@ -98,7 +100,7 @@ def cmd_records(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from storage.queries import run_sql
 
-    print_table(run_sql(open_db(args), args.query), max_colwidth=args.max_colwidth)
+    print_table(run_sql(open_db(args, create=False), args.query), max_colwidth=args.max_colwidth)
     return 0
 
 
@@ -106,7 +108,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from storage.jobs import get_job, list_jobs
 
-    db = open_db(args)
+    db = open_db(args, create=False)
     if args.log is not None:
         job = get_job(db, args.log)
         if job is None:

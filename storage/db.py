@@ -72,6 +72,22 @@ class SchemaVersionError(StorageError):
     """The file's schema is newer than this code knows, or the file is not a solci database."""
 
 
+class HistoryMissingError(StorageError):
+    """A reader was pointed at a history file that does not exist (readers never create one)."""
+
+
+# Read-only connections are locked down: the SQL users send through `solci sql` or the dashboard reads the
+# history and nothing else (no file outside it, no network, no extension installed or loaded, no setting
+# changed back). DuckDB refuses the rest with a PermissionException.
+READ_ONLY_CONFIG = {
+    "enable_external_access": "false",
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "lock_configuration": "true",
+}
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(p in text for p in _LOCK_PATTERNS)
@@ -120,9 +136,10 @@ def _transaction_depth() -> dict[str, int]:
 class Database:
     """A handle on the history file; it holds no connection between calls."""
 
-    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 30.0) -> None:
+    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 30.0, create: bool = True) -> None:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.lock_timeout = float(lock_timeout)
+        self.create = create  # False: a reader; a missing file is an error (HistoryMissingError), never made
         self._checked = False  # schema known to be current (checked once per object)
 
     def __repr__(self) -> str:
@@ -141,7 +158,9 @@ class Database:
         delay = _BACKOFF_START_S
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                if read_only:
+                    return duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG)
+                return duckdb.connect(str(self.path), read_only=False)
             except duckdb.Error as exc:
                 if _is_lock_error(exc):
                     now = time.monotonic()
@@ -233,6 +252,11 @@ class Database:
     def _ensure_current(self) -> None:
         from storage import schema
 
+        if not self.create and not self.path.exists():
+            raise HistoryMissingError(
+                f"{self.path}: no such history file. Nothing was created: measure a commit first (`solci up`, "
+                f"`solci run`), or point --db / ${DB_ENV} at an existing history."
+            )
         if self.path.exists():
             conn = self._connect(read_only=True)
             try:

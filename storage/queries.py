@@ -300,7 +300,9 @@ def sample_spread(db: Database, run_ids: list[str]) -> pd.DataFrame:
 
 def run_sql(db: Database, query: str) -> pd.DataFrame:
     """Run read-only SQL (SELECT, EXPLAIN, PRAGMA, CALL; several statements: the last one's result) on a
-    read-only connection. Anything else (INSERT, UPDATE, CREATE, COPY, ATTACH, SET ...) is refused."""
+    read-only, locked-down connection (``storage.db.READ_ONLY_CONFIG``: no file but the history, no network,
+    no extension, no setting changed). Anything else (INSERT, UPDATE, CREATE, COPY, ATTACH, SET ...) is refused,
+    and so is a SELECT that reaches outside the history (read_csv, read_text, glob, a URL)."""
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
@@ -320,9 +322,14 @@ def run_sql(db: Database, query: str) -> pd.DataFrame:
         for st in statements:
             try:
                 result = conn.execute(st.query)
+            except duckdb.PermissionException as exc:
+                raise StorageError(
+                    f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): "
+                    f"{exc}"
+                ) from None
             except duckdb.InvalidInputException as exc:
-                if "read-only" in str(exc):
-                    raise StorageError(f"sql: refused, the database is opened read-only: {exc}") from None
+                if "read-only" in str(exc) or "configuration" in str(exc):
+                    raise StorageError(f"sql: refused, the database is opened read-only and locked: {exc}") from None
                 raise StorageError(f"sql: {exc}") from None
             except duckdb.Error as exc:
                 raise StorageError(f"sql: {exc}") from None
