@@ -58,7 +58,10 @@ def open_db(args: argparse.Namespace, *, create: bool = True) -> Any:
         lock_timeout = float(os.environ.get(LOCK_TIMEOUT_ENV) or 30.0)
     except ValueError:
         raise ValueError(f"${LOCK_TIMEOUT_ENV}: expected seconds, got {os.environ[LOCK_TIMEOUT_ENV]!r}") from None
-    return Database(getattr(args, "db", None) or None, lock_timeout=lock_timeout, create=create)
+    data_path = getattr(args, "data_path", None)
+    if data_path:  # child processes (the dashboard's server, hooks) open the same lake
+        os.environ["SOLCI_DATA_PATH"] = str(data_path)
+    return Database(getattr(args, "db", None) or None, lock_timeout=lock_timeout, create=create, data_path=data_path)
 
 
 def error(msg: str) -> None:
@@ -105,7 +108,12 @@ def print_table(df: pd.DataFrame, *, empty: str = "(no rows)", max_colwidth: int
 
 
 def add_db_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", help="history database file (default: $SOLCI_DB, else ./.solci/history.duckdb)")
+    p.add_argument(
+        "--db",
+        help="history: a DuckDB file, or ducklake:postgres:<libpq connection string> for a lake several hosts "
+        "share (default: $SOLCI_DB, else ./.solci/history.duckdb)",
+    )
+    p.add_argument("--data-path", help="a lake's data folder (default: $SOLCI_DATA_PATH; needed to create a lake)")
 
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:
@@ -123,6 +131,12 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
         help="GPU slot of this runner: one job at a time per slot (gpuN also selects CUDA device N; default gpu0)",
     )
     g.add_argument("--base-image", help="docker executor: image with the dependencies (default solci-deps:latest)")
+    g.add_argument(
+        "--trusted",
+        action="store_true",
+        help="local executor: run the commit's kernel WITHOUT the bubblewrap sandbox (it can then read "
+        "and write whatever this user can); only for commits you trust",
+    )
     g.add_argument("--timeout", type=float, default=3600.0, help="seconds for one measurement (default 3600)")
     m = p.add_argument_group("measurement (passed to `solci measure`)")
     m.add_argument("--cases", help="cases, e.g. '1,7' or '4,128;8,256', 'smoke' or 'all' (default: measure's)")
@@ -176,7 +190,9 @@ def runner_config(args: argparse.Namespace) -> RunnerConfig:
         extra_args=list(args.measure_arg),
         timeout=args.timeout,
     )
-    executor_options = {"base_image": args.base_image} if args.base_image else {}
+    executor_options: dict[str, Any] = {"base_image": args.base_image} if args.base_image else {}
+    if getattr(args, "trusted", False):
+        executor_options["sandbox"] = "none"
     return RunnerConfig(
         gpu=args.gpu,
         executor=args.executor,

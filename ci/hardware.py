@@ -11,8 +11,8 @@ import platform
 import socket
 from typing import Any
 
-from ci.result import stable_hash
 from kernel.workload import gpu_model
+from storage.result import stable_hash
 
 CPU_LABEL = "cpu-interpreter"
 
@@ -159,6 +159,8 @@ def fingerprint(device: Any, mode: str, nvml: Nvml | None = None) -> dict[str, A
             compute_capability=f"{props.major}.{props.minor}", l2_bytes=props.L2_cache_size,
             max_sm_clock_mhz=nvml.max_sm_clock_mhz(),
         )
-    hw["fingerprint"] = stable_hash({k: hw.get(k) for k in _STABLE_FIELDS}, length=64)
+    stable = {k: hw.get(k) for k in _STABLE_FIELDS}
+    stable["python"] = ".".join(platform.python_version_tuple()[:2])  # 3.11.2 and 3.11.7 measure alike
+    hw["fingerprint"] = stable_hash(stable, length=64)
     return hw
 

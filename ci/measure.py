@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import queue
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -19,19 +21,20 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ci.common import bounded
-from ci.result import SCHEMA_VERSION, validate
-from ci.timing import GPU_TIMERS, Protocol, make_protocols
+from ci.sandbox import SANDBOX_KINDS
+from ci.timing import GPU_TIMERS, Protocol, harness_version, make_protocols
 from kernel.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
+from storage.result import IMPLS, SCHEMA_VERSION, timing_stats, validate
 
 DEFAULT_IMPL = "kernel:attn_output_proj_backward"
 GPU_CASE_TIMEOUT_S = 120.0
 CPU_CASE_TIMEOUT_S = 300.0
 WORKER_START_TIMEOUT_S = 300.0
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -71,24 +74,59 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--cases", nargs="+", type=case_token, metavar="CASES",
-                   help="'all' (the 16 workload cases), 'smoke', or cases 'B,S' (e.g. 1,256 4,128); "
-                        "default: all on a GPU, smoke without one")
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        type=case_token,
+        metavar="CASES",
+        help="'all' (the 16 workload cases), 'smoke', or cases 'B,S' (e.g. 1,256 4,128); "
+        "default: all on a GPU, smoke without one",
+    )
     p.add_argument("--out", help="write the result document here (default: print it to stdout)")
-    p.add_argument("--impl", type=_impl_spec, default=DEFAULT_IMPL,
-                   help=f"the kernel, MODULE:FUNCTION or FILE.py:FUNCTION (default {DEFAULT_IMPL})")
-    p.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto",
-                   help="auto: the GPU when torch sees one, else Triton's interpreter on the CPU")
+    p.add_argument(
+        "--impl",
+        type=_impl_spec,
+        default=DEFAULT_IMPL,
+        help=f"the kernel, MODULE:FUNCTION or FILE.py:FUNCTION (default {DEFAULT_IMPL})",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("auto", "gpu", "cpu-interpreter"),
+        default="auto",
+        help="auto: the GPU when torch sees one, else Triton's interpreter on the CPU",
+    )
     p.add_argument("--force", action="store_true", help="allow --cases all under the interpreter (hours)")
     p.add_argument("--rounds", type=_positive_int, help="correctness rounds (changes the protocol hash)")
     p.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations (changes the protocol hash)")
     p.add_argument("--iters", type=_positive_int, help="timed iterations (changes the protocol hash)")
-    p.add_argument("--timer", choices=GPU_TIMERS, default="cuda_events",
-                   help="the primary GPU timer, the one medians and scores use (default cuda_events)")
-    p.add_argument("--no-cupti", action="store_true", help="skip the secondary CUPTI timer on the GPU")
+    p.add_argument(
+        "--timer",
+        choices=GPU_TIMERS,
+        default=None,
+        help="the primary GPU timer, the one medians and scores use (default: the CUPTI span, the "
+        "benchmark's rule, where the profiler works; else CUDA events)",
+    )
+    p.add_argument("--no-cupti", action="store_true", help="skip the CUPTI timer on the GPU (CUDA events only)")
+    p.add_argument(
+        "--candidate",
+        type=Path,
+        help="a commit's tree: measure ITS kernel package with this installation's harness (the "
+        "commit's other code is never imported); default: this installation's own kernel",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=SANDBOX_KINDS,
+        default="none",
+        help="run the kernel's worker in a bubblewrap sandbox (bwrap; auto: when available) or not "
+        "(none, the default for measuring your own checkout)",
+    )
+    p.add_argument("--scratch", type=Path, help="the sandbox's private read-write folder (default: a new tmp)")
     p.add_argument("--no-baselines", action="store_true", help="do not time eager / cuBLAS (no score)")
-    p.add_argument("--case-timeout", type=_positive_float,
-                   help=f"seconds per case (default {GPU_CASE_TIMEOUT_S:g} GPU, {CPU_CASE_TIMEOUT_S:g} interpreter)")
+    p.add_argument(
+        "--case-timeout",
+        type=_positive_float,
+        help=f"seconds per case (default {GPU_CASE_TIMEOUT_S:g} GPU, {CPU_CASE_TIMEOUT_S:g} interpreter)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--commit", help="commit measured (default: git rev-parse HEAD of --repo or the cwd)")
     p.add_argument("--branch", help="branch (default: the current git branch)")
@@ -104,8 +142,10 @@ def resolve_cases(tokens: list[list[Case | str]] | None, mode: str, force: bool)
     for item in (x for tok in tokens for x in tok):
         if item == "all":
             if mode != "gpu" and not force:
-                raise ValueError("--cases all without a GPU runs the 16 full-size cases under Triton's "
-                                 "interpreter (hours); use --cases smoke or B,S, or add --force")
+                raise ValueError(
+                    "--cases all without a GPU runs the 16 full-size cases under Triton's "
+                    "interpreter (hours); use --cases smoke or B,S, or add --force"
+                )
             out.extend(CASES)
         elif item == "smoke":
             out.extend(SMOKE_CASES)
@@ -150,13 +190,16 @@ def suite_summary(cases: list[dict], primary: str) -> dict[str, Any]:
     by_protocol: dict[str, dict[str, float | None]] = {}
     for h in dict.fromkeys(t["protocol"] for c in cases for t in c["timings"]):
         by_protocol[h] = {
-            impl: (_complete_geomean([_median(c, impl, h) for c in cases])
-                   if impl != "kernel" or all_pass else None)
+            impl: (_complete_geomean([_median(c, impl, h) for c in cases]) if impl != "kernel" or all_pass else None)
             for impl in ("kernel", "eager", "cublas")
         }
     return {
-        "n_cases": n, "n_pass": n_pass, "status": status,
-        "geomean_us": g_kernel, "geomean_eager_us": g_eager, "geomean_cublas_us": g_cublas,
+        "n_cases": n,
+        "n_pass": n_pass,
+        "status": status,
+        "geomean_us": g_kernel,
+        "geomean_eager_us": g_eager,
+        "geomean_cublas_us": g_cublas,
         "score": statistics.fmean(scores) if scores and all(s is not None for s in scores) else None,
         "ratio_vs_cublas": g_kernel / g_cublas if g_kernel and g_cublas else None,
         "ratio_vs_eager": g_kernel / g_eager if g_kernel and g_eager else None,
@@ -178,20 +221,49 @@ class WorkerDied(Exception):
     pass
 
 
-class WorkerHandle:
-    """One ``python -m ci.worker`` subprocess: JSON lines on stdin/stdout, stderr to a temporary file."""
+@dataclass(frozen=True)
+class Isolation:
+    """Where the worker runs: the commit's tree it measures (None: this installation's own kernel), the sandbox
+    (``ci.sandbox``: bwrap or none) and the scratch folder the sandbox gives it."""
 
-    def __init__(self, mode: str) -> None:
+    candidate: Path | None = None
+    sandbox: str = "none"
+    scratch: Path | None = None
+
+
+class WorkerHandle:
+    """One ``ci.worker`` subprocess: JSON lines on stdin/stdout, stderr to a temporary file."""
+
+    def __init__(self, mode: str, isolation: Isolation | None = None) -> None:
+        from ci import sandbox
+
+        iso = isolation or Isolation()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         if mode == "cpu-interpreter":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        if iso.sandbox == "bwrap":
+            scratch = iso.scratch or Path(tempfile.mkdtemp(prefix="solci-scratch-"))
+            inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None)
+            cmd, env = sandbox.wrap(
+                inner,
+                candidate=iso.candidate,
+                scratch=scratch,
+                env=env,
+                gpu=None if mode != "cpu-interpreter" else False,
+            )
+        else:
+            cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None)
         self.err = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ci.worker", "--mode", mode],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, env=env,
-            text=True, bufsize=1, start_new_session=True,
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            env=env,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -269,8 +341,9 @@ class WorkerHandle:
 class WorkerPool:
     """Keeps one worker alive across cases; replaces it after a crash, a timeout or a fatal error."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, isolation: Isolation | None = None) -> None:
         self.mode = mode
+        self.isolation = isolation or Isolation()
         self.worker: WorkerHandle | None = None
         self.hello: dict | None = None
         self.starts = 0
@@ -278,7 +351,7 @@ class WorkerPool:
     def start(self) -> dict:
         """Start a worker and wait for its hello; RuntimeError with the reason when it does not come up."""
         self.stop()
-        w = WorkerHandle(self.mode)
+        w = WorkerHandle(self.mode, self.isolation)
         self.starts += 1
         try:
             msg = w.recv(time.monotonic() + WORKER_START_TIMEOUT_S)
@@ -295,6 +368,10 @@ class WorkerPool:
             w.kill()
             w.close()
             raise RuntimeError(f"worker failed to start: {msg.get('error') or msg}")
+        if msg.get("harness") != harness_version():
+            w.kill()
+            w.close()
+            raise RuntimeError(f"the worker runs harness {msg.get('harness')!r}, not this one ({harness_version()})")
         self.worker, self.hello = w, msg
         if self.mode == "auto":
             self.mode = msg["mode"]  # later workers start in the mode the first one found
@@ -325,9 +402,13 @@ class WorkerPool:
                 if msg.get("type") == "phase":
                     phase = msg.get("phase", phase)
                 elif msg.get("type") == "result":
+                    result = msg.get("result") if isinstance(msg.get("result"), dict) else _stub("error", "bad result")
                     if msg.get("fatal"):  # the worker exits by itself; a fresh one takes the next case
+                        tail = w.stderr_tail()
+                        if result.get("error") and tail:
+                            result["error"] = f"{result['error']}\nworker stderr tail:\n{_tail(tail)}"
                         self.stop()
-                    return msg["result"], None
+                    return result, None
         except TimeoutError:
             w.kill()
             tail = w.stderr_tail()
@@ -346,8 +427,15 @@ def _tail(text: str, n: int = 2000) -> str:
 
 
 def _stub(status: str, error: str) -> dict:
-    return {"status": status, "error": error, "correctness": None, "timings": [], "config": None,
-            "telemetry": None, "warnings": []}
+    return {
+        "status": status,
+        "error": error,
+        "correctness": None,
+        "timings": [],
+        "config": None,
+        "telemetry": None,
+        "warnings": [],
+    }
 
 
 # ------------------------------------------------------------------------------------------------ git, time
@@ -374,14 +462,46 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def assemble_case(case: Case, fields: dict, protocols: list[Protocol], gpu_model: str | None,
-                  mode: str, wall_s: float) -> dict:
+def assemble_case(
+    case: Case, fields: dict, protocols: list[Protocol], gpu_model: str | None, mode: str, wall_s: float
+) -> dict:
     """A ``cases[]`` object from the worker's fields plus the figures derived here."""
     primary = protocols[0].hash
-    rec: dict[str, Any] = {"case": case.name, "batch_size": case.batch_size, "seq_len": case.seq_len,
-                           "m": case.m, "status": fields["status"], "error": fields.get("error")}
+    rec: dict[str, Any] = {
+        "case": case.name,
+        "batch_size": case.batch_size,
+        "seq_len": case.seq_len,
+        "m": case.m,
+        "status": fields["status"],
+        "error": fields.get("error"),
+    }
     rec["correctness"] = fields.get("correctness")
-    rec["timings"] = fields.get("timings", [])
+    rec["timings"] = []
+    known = {p.hash: p for p in protocols}
+    for t in fields.get("timings", []):  # the worker's figures are raw samples; every statistic is made here
+        xs = t.get("samples_us")
+        proto = known.get(t.get("protocol"))
+        ok = (
+            isinstance(xs, list)
+            and proto is not None
+            and len(xs) == proto.iters
+            and t.get("impl") in IMPLS
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in xs)
+        )
+        if not ok:
+            rec["status"], rec["error"] = "error", f"the worker sent an invalid timing for {t.get('impl')!r}"
+            rec["timings"] = []
+            break
+        extra = {k: v for k, v in t.items() if k in ("host_enqueue_us", "activities_per_iter", "activity_names")}
+        rec["timings"].append(
+            {
+                "impl": t["impl"],
+                "protocol": proto.hash,
+                "samples_us": [float(x) for x in xs],
+                **timing_stats(xs),
+                **extra,
+            }
+        )
     rec["median_us"] = _median(rec, "kernel", primary) if rec["status"] == "pass" else None
     rec["eager_us"] = _median(rec, "eager", primary)
     rec["cublas_us"] = _median(rec, "cublas", primary)
@@ -400,8 +520,13 @@ def _fmt(v: float | None, unit: str = " us") -> str:
 
 
 def case_line(rec: dict, protocols: list[Protocol]) -> str:
-    parts = [f"{rec['case']:>11}", f"{rec['status']:<9}", f"kernel {_fmt(rec['median_us'])}",
-             f"eager {_fmt(rec['eager_us'])}", f"cublas {_fmt(rec['cublas_us'])}"]
+    parts = [
+        f"{rec['case']:>11}",
+        f"{rec['status']:<9}",
+        f"kernel {_fmt(rec['median_us'])}",
+        f"eager {_fmt(rec['eager_us'])}",
+        f"cublas {_fmt(rec['cublas_us'])}",
+    ]
     for p in protocols[1:]:
         parts.append(f"{p.timer} {_fmt(_median(rec, 'kernel', p.hash))}")
     if rec["score"] is not None:
@@ -423,7 +548,17 @@ def run_measure(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"solci measure: {exc}", file=sys.stderr)
             return 2
-    pool = WorkerPool(args.mode)
+    from ci import sandbox
+
+    try:
+        kind = sandbox.resolve(args.sandbox)
+    except (sandbox.SandboxUnavailable, ValueError) as exc:
+        print(f"solci measure: {exc}", file=sys.stderr)
+        return 2
+    if args.candidate is not None and not (args.candidate / "kernel").is_dir():
+        print(f"solci measure: --candidate {args.candidate}: no kernel/ package in that tree", file=sys.stderr)
+        return 1
+    pool = WorkerPool(args.mode, Isolation(args.candidate, kind, args.scratch))
     try:
         hello = pool.start()
     except RuntimeError as exc:
@@ -437,19 +572,34 @@ def run_measure(args: argparse.Namespace) -> int:
             print(f"solci measure: {exc}", file=sys.stderr)
             pool.stop()
             return 2
-        protocols = make_protocols(mode, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
-                                   cupti=not args.no_cupti, primary=args.timer)
+        cupti = hello.get("cupti", False) and not args.no_cupti
+        if args.timer == "cupti" and not cupti:
+            print(
+                "solci measure: --timer cupti: the CUPTI timer does not work here (CUDA events used)", file=sys.stderr
+            )
+        protocols = make_protocols(
+            mode, rounds=args.rounds, warmup=args.warmup, iters=args.iters, cupti=cupti, primary=args.timer or "cupti"
+        )
         hardware = hello["hardware"]
         timeout = args.case_timeout or (GPU_CASE_TIMEOUT_S if mode == "gpu" else CPU_CASE_TIMEOUT_S)
         records: list[dict] = []
         bar = tqdm(total=len(cases), desc="measure", unit="case", file=sys.stderr, disable=None)
-        print(f"solci measure: {len(cases)} cases on {hardware['label']} ({mode}), impl {args.impl}, "
-              f"protocol {protocols[0].name} [{protocols[0].hash}]", file=sys.stderr)
+        print(
+            f"solci measure: {len(cases)} cases on {hardware['label']} ({mode}), impl {args.impl}, "
+            f"protocol {protocols[0].name} [{protocols[0].hash}]",
+            file=sys.stderr,
+        )
         for case in cases:
             bar.set_postfix_str(case.name)
-            request = {"type": "case", "batch_size": case.batch_size, "seq_len": case.seq_len,
-                       "impl": args.impl, "protocols": [p.definition() for p in protocols],
-                       "seed": args.seed, "baselines": not args.no_baselines}
+            request = {
+                "type": "case",
+                "batch_size": case.batch_size,
+                "seq_len": case.seq_len,
+                "impl": args.impl,
+                "protocols": [p.definition() for p in protocols],
+                "seed": args.seed,
+                "baselines": not args.no_baselines,
+            }
             tc = time.monotonic()
             fields, _ = pool.run_case(request, timeout)
             rec = assemble_case(case, fields, protocols, hardware.get("gpu_model"), mode, time.monotonic() - tc)
@@ -480,7 +630,11 @@ def run_measure(args: argparse.Namespace) -> int:
         "suite": suite_summary(records, protocols[0].hash),
         "impl": args.impl,
         "worker_starts": pool.starts,
+        "harness": harness_version(),
+        "candidate": args.candidate is not None,
+        "sandbox": kind,
     }
+    doc["hardware"]["hostname"] = socket.gethostname()  # the sandbox's own name is not the host's
     validate(doc)
     text = json.dumps(doc, indent=1, allow_nan=False)
     if args.out:
@@ -490,8 +644,10 @@ def run_measure(args: argparse.Namespace) -> int:
         print(text)
     s = doc["suite"]
     score = "-" if s["score"] is None else f"{s['score']:.3f}"
-    print(f"solci measure: {s['n_pass']}/{s['n_cases']} pass; geomean {_fmt(s['geomean_us'])} "
-          f"(eager {_fmt(s['geomean_eager_us'])}, cublas {_fmt(s['geomean_cublas_us'])}); "
-          f"score {score}; {doc['wall_s']:.1f} s" + (f"; written to {args.out}" if args.out else ""),
-          file=sys.stderr)
+    print(
+        f"solci measure: {s['n_pass']}/{s['n_cases']} pass; geomean {_fmt(s['geomean_us'])} "
+        f"(eager {_fmt(s['geomean_eager_us'])}, cublas {_fmt(s['geomean_cublas_us'])}); "
+        f"score {score}; {doc['wall_s']:.1f} s" + (f"; written to {args.out}" if args.out else ""),
+        file=sys.stderr,
+    )
     return 0 if s["status"] == "pass" else 1

@@ -218,6 +218,7 @@ class Runner:
                 report.outcome = execution.status
                 if execution.status == "ok" and execution.doc is not None:
                     report.run_id, report.outcome, report.verdict, report.message = self._record(job, execution, source)
+                    report.run_id = report.run_id or None
             report.status = "failed" if report.outcome in ("error", "infra_error") else "done"
         except Exception as exc:
             from storage.db import StorageError
@@ -252,12 +253,18 @@ class Runner:
         return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=self.config.measure)
 
     def _record(self, job: Any, execution: Execution, source: Path | None) -> tuple[str, str, str, str]:
-        from storage.ingest import ingest_result
+        from storage.ingest import ingest_result, reject
+        from storage.result import SchemaError
 
         doc = execution.doc
         assert doc is not None
         ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
-        ingest_result(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
+        try:
+            ingest_result(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
+        except SchemaError as exc:  # nothing it says is believed: stored as a rejected run, with the reason
+            reject(self.db, doc, str(exc), job_id=job.id)
+            self._lines.append(f"[solci] result rejected: {exc}")
+            return "", "rejected", "rejected", f"the result document was rejected: {exc}"
         return self._judge(job, doc["run_id"], source, ancestry)
 
     def _judge(

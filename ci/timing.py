@@ -2,13 +2,15 @@
 
 A protocol fixes everything that changes a figure: the timer, the warm-up and timed counts, the correctness
 rounds, the L2 flush, input rotation, output zeroing and whether the host is let run ahead of the GPU. Its hash
-(``ci.result.stable_hash`` of the definition) is stored with every figure; figures of different protocols
+(``storage.result.stable_hash`` of the definition) is stored with every figure; figures of different protocols
 never share a series.
 
 Timers (all take the same per-iteration preparation):
 
-* ``cuda_events``: CUDA events recorded around the call, enqueued behind the L2 flush.
-* ``cupti``: first-kernel-start to last-kernel-end of the call, from the profiler's CUPTI activity records.
+* ``cupti``: first-kernel-start to last-kernel-end of the call, from the profiler's CUPTI activity records
+  (every stream's): the benchmark's rule and the primary figure wherever CUPTI works;
+* ``cuda_events``: CUDA events recorded around the call, enqueued behind the L2 flush: the cross-check, and
+  the fallback where the profiler cannot run.
 * ``wall_clock``: ``time.perf_counter`` around the call (the CPU interpreter; no L2 flush).
 
 Every iteration (warm-up too) gets its own input copies and zeroed outputs, all allocated before the loop so
@@ -22,18 +24,43 @@ i-th flush kernel and before the next sleep/flush kernel, whose names are learne
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ci.result import stable_hash, timing_stats
+from storage.result import stable_hash, timing_stats
 
-PROTOCOL_VERSION = 1  # bump when the measuring code changes what a figure means
+PROTOCOL_VERSION = 2  # bump when the measuring code changes what a figure means
 TIMERS = ("cuda_events", "cupti", "wall_clock")
-GPU_TIMERS = ("cuda_events", "cupti")
+# The benchmark times the CUPTI span; it is the primary figure wherever CUPTI works, CUDA events the
+# cross-check (and the fallback where the profiler cannot run).
+GPU_TIMERS = ("cupti", "cuda_events")
+DEFAULT_PRIMARY = "cupti"
+
+# The files whose code makes a figure what it is: the harness. Their hash is part of every protocol, so a
+# runner upgraded to another harness starts a new series instead of showing a step.
+HARNESS_FILES = (
+    "ci/timing.py", "ci/worker.py", "ci/measure.py", "ci/hardware.py", "ci/sandbox.py", "kernel/reference.py",
+    "kernel/correctness.py", "kernel/workload.py", "storage/result.py",
+)  # fmt: skip
+
+
+@functools.cache
+def harness_version() -> str:
+    """A short hash of the harness's source (``HARNESS_FILES`` of this installation)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in HARNESS_FILES:
+        path = root / rel
+        h.update(rel.encode())
+        h.update(path.read_bytes() if path.exists() else b"-")
+    return h.hexdigest()[:12]
 
 # The CPU interpreter's reduced protocol (the kernel takes seconds per call there).
 CPU_ROUNDS = 2
@@ -59,6 +86,7 @@ class Protocol:
     zero_outputs: bool = True
     host_ahead: bool = True
     statistic: str = "median"
+    harness: str = field(default_factory=harness_version)  # the harness version is part of the protocol
 
     def __post_init__(self) -> None:
         if self.timer not in TIMERS:
@@ -88,7 +116,7 @@ class Protocol:
             "iters": self.iters, "l2_flush": self.l2_flush, "flush_bytes": flush_bytes,
             "rotate_inputs": self.rotate_inputs, "statistic": self.statistic, "rounds": self.rounds,
             "zero_outputs": self.zero_outputs, "host_ahead": self.host_ahead,
-            "flush_l2_multiple": self.flush_l2_multiple, "version": PROTOCOL_VERSION,
+            "flush_l2_multiple": self.flush_l2_multiple, "version": PROTOCOL_VERSION, "harness": self.harness,
         }
 
     @classmethod
@@ -99,9 +127,10 @@ class Protocol:
 
 def make_protocols(
     mode: str, *, rounds: int | None = None, warmup: int | None = None, iters: int | None = None,
-    cupti: bool = True, primary: str = "cuda_events",
+    cupti: bool = True, primary: str = DEFAULT_PRIMARY,
 ) -> list[Protocol]:
-    """The protocols of a run, the primary (the one series and scores use) first."""
+    """The protocols of a run, the primary (the one series and scores use) first. ``cupti`` False (the
+    profiler does not work here): CUDA events alone, primary whatever was asked."""
     from kernel.workload import CORRECTNESS_ROUNDS, TIMED_ITERS, WARMUP_ITERS
 
     def pick(value: int | None, default: int) -> int:
@@ -112,6 +141,8 @@ def make_protocols(
                          l2_flush=False, host_ahead=False)]
     if primary not in GPU_TIMERS:
         raise ValueError(f"primary timer must be one of {GPU_TIMERS}")
+    if not cupti:
+        primary = "cuda_events"
     timers = [primary] + ([t for t in GPU_TIMERS if t != primary] if cupti else [])
     return [Protocol(t, pick(rounds, CORRECTNESS_ROUNDS), pick(warmup, WARMUP_ITERS), pick(iters, TIMED_ITERS),
                      l2_flush=True) for t in timers]
@@ -191,6 +222,7 @@ def _gpu_activities(prof: Any) -> list[Activity]:
 class TimingRun:
     samples_us: list[float]  # the timed iterations only
     extra: dict[str, Any] = field(default_factory=dict)  # diagnostics stored beside the samples
+    kept: list[tuple[tuple, dict]] = field(default_factory=list)  # the last timed iterations' (args, kwargs)
 
 
 class Timer:
@@ -271,9 +303,22 @@ class Timer:
             self._markers = ({acts[0][0]}, {a[0] for a in acts[1:]})
         return self._markers
 
+    def cupti_works(self) -> bool:
+        """Whether the profiler's CUPTI activity records can be read here (else CUDA events are primary)."""
+        if not self.is_cuda or not self.l2_bytes:
+            return False
+        try:
+            self._markers_for(Protocol("cupti", 1, 0, 1, l2_flush=True))
+        except Exception:
+            return False
+        return True
+
     # -- the protocol
-    def run(self, protocol: Protocol, fn: Callable, make_set: Callable[[], tuple[tuple, dict]]) -> TimingRun:
-        """Time ``fn(*args, **kwargs)`` under the protocol; ``make_set`` gives one iteration's fresh copies."""
+    def run(
+        self, protocol: Protocol, fn: Callable, make_set: Callable[[], tuple[tuple, dict]], *, keep: int = 0
+    ) -> TimingRun:
+        """Time ``fn(*args, **kwargs)`` under the protocol; ``make_set`` gives one iteration's fresh copies.
+        ``keep``: return the last ``keep`` timed iterations' arguments (their outputs are checked again)."""
         torch = self.torch
         n = protocol.warmup + protocol.iters
         first = make_set()
@@ -312,8 +357,11 @@ class Timer:
             extra["host_enqueue_us"] = statistics.median(host[protocol.warmup:])
             extra["activities_per_iter"] = statistics.median(len(g) for g in groups[protocol.warmup:])
             extra["activity_names"] = sorted({a[0][:160] for g in groups for a in g})[:8]
+        if len({a.data_ptr() for s in sets for a in _tensors(s[0])}) != sum(len(_tensors(s[0])) for s in sets):
+            raise RuntimeError("timing: two iterations shared an input address (every iteration needs fresh copies)")
+        kept = sets[len(sets) - keep :] if keep else []
         del sets
-        return TimingRun([float(s) for s in samples[protocol.warmup:]], extra)
+        return TimingRun([float(s) for s in samples[protocol.warmup:]], extra, kept)
 
 
 def _tensors(obj: Any) -> list[Any]:

@@ -1,12 +1,26 @@
-"""The isolated case worker: ``python -m ci.worker --mode auto|gpu|cpu-interpreter``.
+"""The case worker: ``python -I -m ci.worker --mode auto|gpu|cpu-interpreter [--candidate DIR]``.
 
-One process runs cases one at a time, so CUDA initialisation and kernel compiles are paid once. It talks JSON
-lines: stdout is reserved for messages (fd 1 is pointed at stderr before anything is imported, so prints from
-kernels cannot corrupt it); the parent (``ci.measure``) reads them with a deadline and, when the worker dies
-or hangs, records the case and starts a fresh worker.
+One process runs cases one at a time, so CUDA initialisation and kernel compiles are paid once. It is the
+only process that runs the commit's code, and the only code of the commit it runs is its kernel: with
+``--candidate DIR`` (the commit's tree, read-only, inside the sandbox) the harness first imports everything
+it measures with (its timers, the float32 reference, the correctness rule, the workload) from the runner's
+installation, then puts the commit's own ``kernel`` package in place of the harness's under the same name, so
+the kernel's own absolute imports work while the harness keeps its references. Nothing else of the commit is
+imported: not its ``ci/`` or ``storage/``, not a ``sitecustomize`` or ``.pth`` in its tree (the commit's tree
+is not on ``sys.path``, and ``python -I`` ignores ``PYTHON*`` variables).
+
+After importing the kernel, after its correctness rounds and after its timed loop, the harness checks that the
+functions and constants it relies on are still the ones it imported (``Integrity``), that the kernel started
+no Python thread and left the default stream current, and, after timing, that the outputs of the last timed
+iterations are still correct. A failed check makes the case an error and ends the worker.
+
+It talks JSON lines: stdout is reserved for messages (fd 1 is pointed at stderr before anything is imported,
+so prints from kernels cannot corrupt it); the parent (``ci.measure``) reads them with a deadline, computes
+every statistic from the raw samples itself and, when the worker dies or hangs, records the case and starts a
+fresh worker.
 
 Messages, worker -> parent:
-  {"type": "hello", "mode", "device", "hardware", "l2_bytes", "pid"}   or {"type": "hello", "error": str}
+  {"type": "hello", "mode", "device", "hardware", "l2_bytes", "pid", "harness", "cupti"} or {"type": "hello", "error"}
   {"type": "phase", "phase": str}                     before each step, so a hang or crash can be located
   {"type": "result", "result": {...case fields...}, "fatal": bool}   fatal: the worker exits after it
 parent -> worker:
@@ -20,20 +34,69 @@ import argparse
 import faulthandler
 import gc
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import math
 import os
 import sys
+import threading
 import traceback
+import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-OUTPUT_NAMES = ("grad_attn_output", "grad_weight")
-INPUT_NAMES = ("grad_output", "reshaped", "weight")
 _TIMING_SEED_OFFSET = 1_000_003
+KEEP_FOR_RECHECK = 2  # the last timed iterations whose outputs are checked again after the loop
+
+# What the harness measures with, beyond its own modules: replacing any of these is tampering.
+WATCHED = (
+    "time.perf_counter",
+    "time.perf_counter_ns",
+    "time.monotonic",
+    "time.time",
+    "statistics.median",
+    "statistics.fmean",
+    "json.dumps",
+    "json.loads",
+    "math.isfinite",
+    "torch.cuda.synchronize",
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.current_stream",
+    "torch.cuda.default_stream",
+    "torch.cuda._sleep",
+    "torch.cuda.mem_get_info",
+    "torch.equal",
+    "torch.isfinite",
+    "torch.where",
+    "torch.zeros",
+    "torch.zeros_like",
+    "torch.full",
+    "torch.empty",
+    "torch.randn",
+    "torch.Generator",
+    "torch.matmul",
+    "torch.Tensor.clone",
+    "torch.Tensor.copy_",
+    "torch.Tensor.fill_",
+    "torch.Tensor.float",
+    "torch.Tensor.abs",
+    "torch.Tensor.sum",
+    "torch.Tensor.mean",
+    "torch.Tensor.max",
+    "torch.Tensor.view",
+    "torch.Tensor.data_ptr",
+    "torch.Tensor.to",
+    "torch.Tensor.__sub__",
+    "torch.Tensor.__matmul__",
+    "torch.Tensor.__le__",
+    "torch.Tensor.__eq__",
+    "torch.profiler.profile",
+)
+HARNESS_MODULES = ("ci.worker", "ci.timing", "ci.hardware", "kernel.reference", "kernel.correctness", "kernel.workload")
 
 
 def _claim_stdout() -> TextIO:
@@ -56,13 +119,16 @@ def _resolve_mode(requested: str) -> str:
     return "cpu-interpreter"
 
 
-# ------------------------------------------------------------------------------------------------ helpers
-def load_impl(spec: str) -> tuple[Callable, Any]:
-    """``module:function`` or ``path/to/file.py:function`` -> (function, module)."""
+# ------------------------------------------------------------------------------------------------ loading
+def load_impl(spec: str, candidate: str | Path | None = None) -> tuple[Callable, Any]:
+    """``module:function`` or ``path/to/file.py:function`` -> (function, module).
+
+    With ``candidate`` (a commit's tree): the module's top-level package is imported from that tree alone,
+    in place of any module of that name the harness had (the harness keeps its own references)."""
     mod_name, sep, fn_name = spec.rpartition(":")
     if not sep or not mod_name or not fn_name:
         raise ValueError(f"--impl {spec!r}: expected MODULE:FUNCTION")
-    if mod_name.endswith(".py") or os.sep in mod_name:
+    if candidate is None and (mod_name.endswith(".py") or os.sep in mod_name):
         path = Path(mod_name).resolve()
         name = "_solci_impl_" + "".join(ch if ch.isalnum() else "_" for ch in path.stem)
         module = sys.modules.get(name)
@@ -73,6 +139,8 @@ def load_impl(spec: str) -> tuple[Callable, Any]:
             module = importlib.util.module_from_spec(mspec)
             sys.modules[name] = module
             mspec.loader.exec_module(module)
+    elif candidate is not None:
+        module = _import_from_tree(mod_name, Path(candidate))
     else:
         module = importlib.import_module(mod_name)
     fn = getattr(module, fn_name, None)
@@ -81,24 +149,110 @@ def load_impl(spec: str) -> tuple[Callable, Any]:
     return fn, module
 
 
-def _bits(t: Any) -> Any:
-    import torch
-
-    views = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    return t.view(views[t.element_size()]) if t.element_size() in views else t
+_LOADED: dict[str, Path] = {}  # top-level package -> the tree it was imported from
 
 
-def bitwise_equal(a: Any, b: Any) -> bool:
-    """Same shape, dtype and bits (NaN payloads included)."""
-    import torch
+def _import_from_tree(mod_name: str, root: Path) -> types.ModuleType:
+    """Import ``mod_name`` with its top-level package taken from ``root`` (the commit's tree)."""
+    top = mod_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if _LOADED.get(top) != root or loaded is None or not _from_tree(loaded, root):
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            del sys.modules[name]  # the harness's copies: it keeps references of its own
+        spec = importlib.machinery.PathFinder.find_spec(top, [str(root)])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"the commit has no package {top!r} (looked in {root})")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[top] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[top]
+            raise
+        _LOADED[top] = root
+    return importlib.import_module(mod_name)
 
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+def _from_tree(module: types.ModuleType, root: Path) -> bool:
+    origin = getattr(module, "__file__", None) or ""
+    return bool(origin) and Path(origin).resolve().is_relative_to(root.resolve())
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+# ------------------------------------------------------------------------------------------------ integrity
+def _resolve(root: dict[str, Any], dotted: str) -> Any:
+    head, *rest = dotted.split(".")
+    obj = root[head]
+    for part in rest:
+        obj = getattr(obj, part, None)
+    return obj
 
 
+def _fingerprint(value: Any) -> Any:
+    """What a value is, for the integrity check: identity; a function's code object too (which can be swapped
+    under the same function); the contents of small containers (which can be changed in place)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, types.FunctionType):
+        return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
+    if isinstance(value, (dict, list, set, tuple)) and len(value) < 200:
+        try:
+            return (id(value), repr(value))
+        except Exception:
+            return id(value)
+    return id(value)
+
+
+def _module_contents(name: str, mod: types.ModuleType) -> dict[str, Any]:
+    """Fingerprints of a module's names and of the attributes of the classes it defines."""
+    out: dict[str, Any] = {}
+    for key, value in vars(mod).items():
+        if key.startswith("__") or key in _MUTABLE_STATE:
+            continue
+        out[key] = _fingerprint(value)
+        if isinstance(value, type) and value.__module__ == name:
+            for attr, v in vars(value).items():
+                if not attr.startswith("__"):
+                    out[f"{key}.{attr}"] = _fingerprint(v)
+    return out
+
+
+_MUTABLE_STATE = frozenset({"_LOADED"})  # what the harness itself changes while it runs
+
+
+class Integrity:
+    """Identities of the functions and constants the harness measures with, taken before the commit's kernel
+    is imported; ``problems()`` names what changed since, and the Python threads that appeared."""
+
+    def __init__(self) -> None:
+        import statistics
+        import time
+
+        import torch
+
+        self.roots = {"time": time, "statistics": statistics, "json": json, "math": math, "torch": torch}
+        self.watched = {name: id(_resolve(self.roots, name)) for name in WATCHED}
+        self.modules = {name: sys.modules[name] for name in HARNESS_MODULES if name in sys.modules}
+        self.contents = {name: _module_contents(name, mod) for name, mod in self.modules.items()}
+        self.threads = {t.ident for t in threading.enumerate()}
+
+    def problems(self) -> list[str]:
+        out = [
+            f"{name} was replaced" for name, ident in self.watched.items() if id(_resolve(self.roots, name)) != ident
+        ]
+        for name, mod in self.modules.items():
+            if name.startswith("ci.") and sys.modules.get(name) is not mod:
+                out.append(f"module {name} was replaced")
+            now = _module_contents(name, mod)
+            before = self.contents[name]
+            for key in before.keys() | now.keys():
+                if before.get(key) != now.get(key):
+                    out.append(f"{name}.{key} was changed")
+        new = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
+        out += [f"a Python thread was started ({t.name})" for t in new]
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ the worker
 def is_fatal(exc: BaseException) -> bool:
     """Errors after which the CUDA context may be unusable: the worker is replaced."""
     import torch
@@ -108,101 +262,36 @@ def is_fatal(exc: BaseException) -> bool:
     if type(exc).__name__ in ("AcceleratorError", "CudaError"):
         return True
     text = str(exc)
-    return any(s in text for s in ("CUDA error", "illegal memory access", "CUBLAS_STATUS", "cudaError",
-                                   "device-side assert", "unspecified launch failure"))
+    return any(
+        s in text
+        for s in (
+            "CUDA error",
+            "illegal memory access",
+            "CUBLAS_STATUS",
+            "cudaError",
+            "device-side assert",
+            "unspecified launch failure",
+        )
+    )
 
 
-@dataclass
-class Correctness:
-    ok: bool
-    reason: str | None
-    doc: dict[str, Any]
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+class IntegrityError(RuntimeError):
+    """The commit's code changed what the harness measures with."""
 
 
-def check_correctness(fn: Callable, b: int, s: int, device: Any, rounds: int, seed: int) -> Correctness:
-    """Rounds of fresh inputs; NaN-poisoned outputs passed as out=; inputs compared bit for bit afterwards.
-
-    Stops at the first failing round. Output figures are the worst over the rounds run.
-    """
-    import torch
-
-    from kernel.correctness import check_output, poisoned_outputs
-    from kernel.reference import attn_output_proj_backward_ref, make_inputs
-    from kernel.workload import RTOL, atol_for
-
-    m = b * s
-    worst: dict[str, dict[str, Any]] = {}
-    reason: str | None = None
-    inputs_unchanged = True
-    run = 0
-    for r in range(rounds):
-        run = r + 1
-        gen = torch.Generator(device=device).manual_seed(seed + r)
-        inputs = make_inputs(b, s, device, generator=gen)
-        pristine = [t.clone() for t in inputs]
-        ga, gw = poisoned_outputs(b, s, device)
-        ret = fn(*inputs, out=(ga, gw))
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        refs = attn_output_proj_backward_ref(*pristine)
-        problems: list[str] = []
-        if not (isinstance(ret, (tuple, list)) and len(ret) == 2
-                and all(isinstance(t, torch.Tensor) for t in ret)):
-            problems.append(f"returned {type(ret).__name__}, not a pair of tensors")
-            outs = (ga, gw)
-        else:
-            outs = tuple(ret)
-            for name, got, buf in zip(OUTPUT_NAMES, outs, (ga, gw), strict=True):
-                if got.data_ptr() != buf.data_ptr():
-                    problems.append(f"{name}: not written into the out= tensor")
-        for name, got, ref in zip(OUTPUT_NAMES, outs, refs, strict=True):
-            chk = check_output(got, ref, m)
-            w = worst.setdefault(name, {"match_fraction": 1.0, "max_abs_err": 0.0, "nonfinite": 0,
-                                        "all_zero": False, "shape_ok": True, "dtype_ok": True})
-            w["match_fraction"] = min(w["match_fraction"], chk.match_fraction)
-            w["max_abs_err"] = max(w["max_abs_err"], chk.max_abs_err)
-            w["nonfinite"] = max(w["nonfinite"], chk.nonfinite)
-            w["all_zero"] = w["all_zero"] or chk.all_zero
-            w["shape_ok"] = w["shape_ok"] and chk.shape_ok
-            w["dtype_ok"] = w["dtype_ok"] and chk.dtype_ok
-            if not chk.ok:
-                problems.append(_describe(name, chk, tuple(ref.shape), ref.dtype))
-        for name, now, before in zip(INPUT_NAMES, inputs, pristine, strict=True):
-            if not bitwise_equal(now, before):
-                inputs_unchanged = False
-                problems.append(f"input {name} was modified")
-        if problems:
-            reason = f"round {r}: " + "; ".join(problems)
-            break
-    doc = {"rounds": rounds, "rounds_run": run, "atol": atol_for(m), "rtol": RTOL, "seed": seed,
-           "inputs_unchanged": inputs_unchanged, "outputs": worst}
-    return Correctness(reason is None, reason, doc, worst)
-
-
-def _describe(name: str, chk: Any, shape: tuple, dtype: Any) -> str:
-    if not chk.shape_ok:
-        return f"{name}: wrong shape (expected {shape})"
-    if not chk.dtype_ok:
-        return f"{name}: wrong dtype (expected {dtype})"
-    if chk.nonfinite:
-        return f"{name}: {chk.nonfinite} NaN/Inf elements (unwritten poisoned outputs stay NaN)"
-    if chk.all_zero:
-        return f"{name}: all zero"
-    return f"{name}: only {chk.match_fraction:.4f} of elements match (max abs err {chk.max_abs_err:.3g})"
-
-
-# ------------------------------------------------------------------------------------------------ the worker
 class Worker:
-    def __init__(self, mode: str, send: Callable[[dict], None]) -> None:
+    def __init__(self, mode: str, send: Callable[[dict], None], candidate: str | None = None) -> None:
         import torch
 
+        from ci import timing
         from ci.hardware import Nvml, fingerprint
-        from ci.timing import Timer
+        from kernel import correctness, reference, workload
 
-        self.torch = torch
+        self.torch, self.timing = torch, timing
+        self.reference, self.correctness, self.workload = reference, correctness, workload
         self.mode = mode
         self.send = send
+        self.candidate = candidate
         if mode == "gpu":
             self.device = torch.device("cuda", torch.cuda.current_device())
             torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32
@@ -214,57 +303,113 @@ class Worker:
             self.nvml = Nvml(None)
             self.l2_bytes = None
         self.hardware = fingerprint(self.device, mode, self.nvml)
-        self.timer = Timer(self.device, self.l2_bytes, self.hardware.get("max_sm_clock_mhz"))
+        self.timer = timing.Timer(self.device, self.l2_bytes, self.hardware.get("max_sm_clock_mhz"))
+        self.cupti = self.timer.cupti_works() if mode == "gpu" else False
+        self.default_stream = torch.cuda.current_stream(self.device) if mode == "gpu" else None
+        self.integrity = Integrity()  # before any code of the commit runs
 
     def hello(self) -> dict:
-        return {"type": "hello", "mode": self.mode, "device": str(self.device), "hardware": self.hardware,
-                "l2_bytes": self.l2_bytes, "pid": os.getpid()}
+        return {
+            "type": "hello",
+            "mode": self.mode,
+            "device": str(self.device),
+            "hardware": self.hardware,
+            "l2_bytes": self.l2_bytes,
+            "pid": os.getpid(),
+            "harness": self.timing.harness_version(),
+            "cupti": self.cupti,
+        }
 
     def phase(self, text: str) -> None:
         self.send({"type": "phase", "phase": text})
 
-    def run_case(self, req: dict) -> tuple[dict, bool]:
-        from ci.timing import Protocol, timing_entry
+    def verify(self, stage: str) -> None:
+        problems = self.integrity.problems()
+        mods = self.integrity.modules
+        for attr, name in (
+            ("timing", "ci.timing"),
+            ("reference", "kernel.reference"),
+            ("correctness", "kernel.correctness"),
+            ("workload", "kernel.workload"),
+        ):
+            if getattr(self, attr) is not mods.get(name):
+                problems.append(f"the harness's {name} was swapped")
+        if type(self.timer) is not self.timing.Timer or "run" in vars(self.timer):
+            problems.append("the harness's timer was replaced")
+        if self.default_stream is not None and self.torch.cuda.current_stream(self.device) != self.default_stream:
+            problems.append("the current CUDA stream is no longer the default stream")
+        if problems:
+            raise IntegrityError(f"integrity: {stage}: " + "; ".join(problems[:6]))
 
-        torch = self.torch
+    def run_case(self, req: dict) -> tuple[dict, bool]:
+        torch, timing = self.torch, self.timing
         b, s = int(req["batch_size"]), int(req["seq_len"])
-        protocols = [Protocol.from_dict(p) for p in req["protocols"]]
+        protocols = [timing.Protocol.from_dict(p) for p in req["protocols"]]
         seed = int(req.get("seed", 0))
-        res: dict[str, Any] = {"status": "pass", "error": None, "correctness": None, "timings": [],
-                               "config": None, "telemetry": None, "warnings": []}
+        res: dict[str, Any] = {
+            "status": "pass",
+            "error": None,
+            "correctness": None,
+            "timings": [],
+            "config": None,
+            "telemetry": None,
+            "warnings": [],
+        }
         fatal = False
         tele_before = self.nvml.sample()
         try:
             self.phase("load impl")
-            fn, module = load_impl(req["impl"])
+            fn, module = load_impl(req["impl"], self.candidate)
+            self.verify("after importing the kernel")
             config_fn = getattr(module, "kernel_config", None)
             if callable(config_fn):
                 try:
-                    res["config"] = config_fn(b * s, self.device).as_dict()
+                    cfg = config_fn(b * s, self.device)
+                    res["config"] = cfg.as_dict() if hasattr(cfg, "as_dict") else None
                 except Exception as exc:  # a config lookup failure is not the kernel's failure
                     res["warnings"].append(f"kernel_config: {exc}")
             self.phase("correctness")
-            corr = check_correctness(fn, b, s, self.device, protocols[0].rounds, seed)
+            corr = self.correctness.check_rounds(fn, b, s, self.device, protocols[0].rounds, seed)
+            self.verify("after the correctness rounds")
             res["correctness"] = corr.doc
             if not corr.ok:
                 res["status"], res["error"] = "incorrect", corr.reason
             impls: list[tuple[str, Callable, bool]] = [("kernel", fn, True)] if corr.ok else []
             if req.get("baselines", True):
-                from kernel.reference import attn_output_proj_backward_eager, two_matmuls
-
-                impls += [("eager", attn_output_proj_backward_eager, False), ("cublas", two_matmuls, False)]
-            make_set = self._set_maker(b, s, seed + _TIMING_SEED_OFFSET)
+                impls += [
+                    ("eager", self.reference.attn_output_proj_backward_eager, False),
+                    ("cublas", self.reference.two_matmuls, False),
+                ]
+            make_set = self.reference.timing_sets(b, s, self.device, seed + _TIMING_SEED_OFFSET)
+            refs = None
             for k, proto in enumerate(protocols):
                 for impl, f, with_out in impls:
                     self.phase(f"timing {impl} ({proto.timer})")
                     try:
-                        run = self.timer.run(proto, f, lambda w=with_out: make_set(w))
+                        run = self.timer.run(
+                            proto, f, lambda w=with_out: make_set(w), keep=KEEP_FOR_RECHECK if with_out else 0
+                        )
                     except Exception as exc:
                         if k == 0 or is_fatal(exc):
                             raise
                         res["warnings"].append(f"{proto.name} {impl}: {type(exc).__name__}: {exc}")
                         continue
-                    res["timings"].append(timing_entry(impl, proto, run))
+                    if impl == "kernel":
+                        self.verify(f"after timing the kernel ({proto.timer})")
+                        if refs is None:
+                            refs = self.reference.attn_output_proj_backward_ref(*make_set.inputs)
+                        bad = self.correctness.recheck(run.kept, refs, b * s)
+                        if bad:
+                            res["status"], res["error"] = "incorrect", f"after the timed loop ({proto.timer}): {bad}"
+                            impls = [x for x in impls if x[0] != "kernel"]
+                    run.kept = []
+                    res["timings"].append(timing.timing_entry(impl, proto, run))
+                if res["status"] != "pass":
+                    res["timings"] = [t for t in res["timings"] if t["impl"] != "kernel"]
+        except IntegrityError as exc:
+            fatal = True
+            res["status"], res["error"] = "error", str(exc)
+            res["timings"] = []
         except Exception as exc:
             fatal = self.mode == "gpu" and is_fatal(exc)
             res["status"] = "error"
@@ -283,29 +428,11 @@ class Worker:
                 res["warnings"].append(f"device unusable after the case: {exc}")
         return res, fatal
 
-    def _set_maker(self, b: int, s: int, seed: int) -> Callable[[bool], tuple[tuple, dict]]:
-        """One iteration's inputs: fresh copies (new addresses) and, for the kernel, zeroed outputs."""
-        torch = self.torch
-        from kernel.reference import make_inputs
-        from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
-
-        proto_inputs = make_inputs(b, s, self.device, generator=torch.Generator(self.device).manual_seed(seed))
-
-        def make(with_out: bool) -> tuple[tuple, dict]:
-            args = tuple(t.clone() for t in proto_inputs)
-            if not with_out:
-                return args, {}
-            ga = torch.zeros((b, NUM_HEADS, s, HEAD_DIM), dtype=torch.bfloat16, device=self.device)
-            gw = torch.zeros((HIDDEN, HIDDEN), dtype=torch.bfloat16, device=self.device)
-            return args, {"out": (ga, gw)}
-
-        return make
-
 
 def _clean(obj: Any) -> Any:
     """Strict JSON: non-finite floats (an error figure of a NaN output, say) become None."""
     if isinstance(obj, float):
-        return _finite(obj)
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -316,6 +443,7 @@ def _clean(obj: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto")
+    parser.add_argument("--candidate", help="the commit's tree: its kernel package is the one measured")
     args = parser.parse_args(argv)
     proto = _claim_stdout()
     faulthandler.enable(sys.stderr)  # a crash leaves its Python stack in the stderr tail
@@ -328,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         mode = _resolve_mode(args.mode)
         if mode == "cpu-interpreter":
             os.environ["TRITON_INTERPRET"] = "1"  # before triton or the kernel is imported
-        worker = Worker(mode, send)
+        worker = Worker(mode, send, args.candidate)
     except Exception as exc:
         send({"type": "hello", "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"})
         return 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
@@ -43,7 +45,10 @@ def two_matmuls(
 
 
 def make_inputs(
-    batch_size: int, seq_len: int, device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
+    batch_size: int,
+    seq_len: int,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.bfloat16,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random inputs as the benchmark draws them: weight randn / sqrt(2048), the others plain randn."""
@@ -52,3 +57,23 @@ def make_inputs(
     x = torch.randn(batch_size, seq_len, HIDDEN, **kw).to(dtype)
     w = (torch.randn(HIDDEN, HIDDEN, **kw) / HIDDEN**0.5).to(dtype)
     return go, x, w
+
+
+def timing_sets(
+    batch_size: int, seq_len: int, device: str | torch.device, seed: int
+) -> Callable[[bool], tuple[tuple, dict]]:
+    """The input-set maker of every timed loop: ``make(with_out)`` gives one iteration's fresh copies of one
+    set of inputs (new addresses each call) and, for the kernel (``with_out``), zeroed output tensors."""
+    device = torch.device(device)
+    proto = make_inputs(batch_size, seq_len, device, generator=torch.Generator(device).manual_seed(seed))
+
+    def make(with_out: bool) -> tuple[tuple, dict]:
+        args = tuple(t.clone() for t in proto)
+        if not with_out:
+            return args, {}
+        ga = torch.zeros((batch_size, NUM_HEADS, seq_len, HEAD_DIM), dtype=torch.bfloat16, device=device)
+        gw = torch.zeros((HIDDEN, HIDDEN), dtype=torch.bfloat16, device=device)
+        return args, {"out": (ga, gw)}
+
+    make.inputs = proto  # type: ignore[attr-defined]  # the set every copy is made from (for the reference)
+    return make

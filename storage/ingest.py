@@ -1,4 +1,4 @@
-"""Store one result document (ci/result.py, schema v1): idempotent by run_id, atomic (one transaction)."""
+"""Store one result document (storage/result.py, schema v1): idempotent by run_id, atomic (one transaction)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import duckdb
 
-from ci.result import validate
-from kernel.workload import geomean
+from kernel.workload import geomean, t_sol_us
 from storage.db import Database
 from storage.records import update_project_records
+from storage.result import RejectedResult, validate
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -46,33 +46,97 @@ def is_passing(doc: dict) -> bool:
 
 
 RUN_PURPOSES = ("measure", "confirm")
+# A case faster than this share of its hardware's speed of light is impossible: its run is quarantined.
+QUARANTINE_FRACTION = 0.9
+
+
+def quarantine_reason(doc: dict) -> str | None:
+    """Why a GPU run's figures are impossible (a case below QUARANTINE_FRACTION x T_SOL of its GPU model,
+    computed here from kernel.workload, not taken from the document), or None."""
+    model = doc["hardware"].get("gpu_model")
+    if doc["mode"] != "gpu" or model is None:
+        return None
+    low = []
+    for c in doc["cases"]:
+        t_sol = t_sol_us(c["m"], model)
+        if c["status"] == "pass" and t_sol and c["median_us"] < QUARANTINE_FRACTION * t_sol:
+            low.append(f"{c['case']} {c['median_us']:.3g} us < {QUARANTINE_FRACTION:g} x T_SOL {t_sol:.3g} us")
+    if not low:
+        return None
+    return (
+        f"faster than the {model}'s speed of light allows: "
+        + "; ".join(low[:4])
+        + (f" (+{len(low) - 4} more)" if len(low) > 4 else "")
+    )
 
 
 def ingest_result(
-    db: Database, doc: dict, *, job_id: int | None = None, purpose: str = "measure", parent: str | None = None
+    db: Database,
+    doc: dict,
+    *,
+    job_id: int | None = None,
+    purpose: str = "measure",
+    parent: str | None = None,
+    expect_gpu_model: str | None = None,
 ) -> bool:
     """Store a run whole or not at all; False when its run_id is already stored (nothing is added).
 
-    Also updates the project's best-known records (passing GPU runs measured for their own sake only) and
-    logs "record broken" events, links the run to ``job_id`` when given (a ``measure`` run becomes the job's
-    run; ``confirm`` runs are the re-measurements of a confirmation), and records the commit's first parent.
+    The document is believed only after ``storage.result.validate`` (SchemaError / RejectedResult otherwise:
+    store it with ``reject``); with ``expect_gpu_model`` (the runner's own GPU) it must say it ran there. A run
+    faster than its hardware's speed of light is stored quarantined (``runs.quarantine``): never a record,
+    never a baseline. Updates the project's best-known records (passing, unquarantined GPU runs measured for
+    their own sake only) and logs "record broken" events, links the run to ``job_id`` (a ``measure`` run
+    becomes the job's run; ``confirm`` runs are the re-measurements of a confirmation), and records the
+    commit's first parent.
     """
     if purpose not in RUN_PURPOSES:
         raise ValueError(f"ingest: purpose must be one of {RUN_PURPOSES}, got {purpose!r}")
     validate(doc)
+    if expect_gpu_model is not None and doc["hardware"].get("gpu_model") != expect_gpu_model:
+        raise RejectedResult(
+            f"result.hardware.gpu_model: {doc['hardware'].get('gpu_model')!r}, but this runner measures on "
+            f"{expect_gpu_model!r}"
+        )
+    quarantine = quarantine_reason(doc)
     with db.transaction() as conn:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [doc["run_id"]]).fetchone():
             return False
         now = datetime.now(UTC).replace(tzinfo=None)
         _insert_dimensions(conn, doc, now, parent)
-        _insert_run(conn, doc, now, job_id, purpose)
+        _insert_run(conn, doc, now, job_id, purpose, quarantine)
         _insert_results(conn, doc)
         _insert_samples(conn, doc)
-        if is_passing(doc) and doc["mode"] == "gpu" and purpose == "measure":
+        if is_passing(doc) and doc["mode"] == "gpu" and purpose == "measure" and quarantine is None:
             update_project_records(conn, doc, parse_time(doc["started_at"]), now)
         if job_id is not None and purpose == "measure":
             conn.execute("UPDATE jobs SET run_id = ? WHERE id = ?", [doc["run_id"], job_id])
     return True
+
+
+def reject(db: Database, doc: Any, reason: str, *, job_id: int | None = None, size_bytes: int | None = None) -> None:
+    """Store a document that failed validation as a rejected run: who sent it and why, never its figures."""
+
+    def field(key: str) -> str | None:
+        v = doc.get(key) if isinstance(doc, dict) else None
+        return v[:200] if isinstance(v, str) else None
+
+    excerpt = json.dumps(doc, default=str)[:2000] if doc is not None else None
+    with db.transaction() as conn:
+        conn.execute(
+            """INSERT INTO rejected_runs (run_id, job_id, "commit", repo, branch, reason, size_bytes, excerpt,
+                   received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [
+                field("run_id"),
+                job_id,
+                field("commit"),
+                field("repo"),
+                field("branch"),
+                reason[:4000],
+                size_bytes,
+                excerpt,
+                datetime.now(UTC).replace(tzinfo=None),
+            ],
+        )
 
 
 def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, parent: str | None) -> None:
@@ -117,7 +181,9 @@ def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime
     )  # fmt: skip
 
 
-def _insert_run(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_id: int | None, purpose: str) -> None:
+def _insert_run(
+    conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_id: int | None, purpose: str, quarantine: str | None
+) -> None:
     hw, suite = doc["hardware"], doc["suite"]
     geo = suite.get("geomean_us")
     if geo is None and is_passing(doc):
@@ -126,15 +192,15 @@ def _insert_run(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_i
         """INSERT INTO runs (run_id, "commit", branch, repo, started_at, finished_at, wall_s, mode,
                hardware_fingerprint, hardware_label, gpu_model, hostname, protocol, status, n_cases, n_pass,
                geomean_us, geomean_eager_us, geomean_cublas_us, score, ratio_vs_cublas, ratio_vs_eager,
-               job_id, ingested_at, purpose, harness)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               job_id, ingested_at, purpose, harness, quarantine)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
             doc["run_id"], doc.get("commit"), doc.get("branch"), doc.get("repo"),
             parse_time(doc["started_at"]), parse_time(doc.get("finished_at")), doc.get("wall_s"), doc["mode"],
             hw["fingerprint"], hw["label"], hw.get("gpu_model"), hw.get("hostname"), doc["protocol"],
             suite["status"], suite["n_cases"], suite["n_pass"], geo, suite.get("geomean_eager_us"),
             suite.get("geomean_cublas_us"), suite.get("score"), suite.get("ratio_vs_cublas"),
-            suite.get("ratio_vs_eager"), job_id, now, purpose, doc.get("harness"),
+            suite.get("ratio_vs_eager"), job_id, now, purpose, doc.get("harness"), quarantine,
         ],
     )  # fmt: skip
 

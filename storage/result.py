@@ -1,4 +1,8 @@
-"""The result document that ``solci measure`` writes and storage ingests: one JSON object per run.
+"""The result document: the contract between the measuring harness (``solci measure``) and storage, owned by
+the side that stores it. Storage believes nothing a document says without ``validate``: the structure below,
+then the rules of ``check`` (finite positive timings within bounds, as many samples as the protocol's
+iterations, statistics that match their samples, known statuses, case names that are cases, sane sizes). A
+document that fails is stored as a rejected run with the reason (``storage.ingest.reject``), never as figures.
 
 Schema (version 1)::
 
@@ -46,10 +50,12 @@ Schema (version 1)::
 
 Optional keys ``solci measure`` adds (readers must not require them)::
 
-    top level:      "impl": str (the --impl measured), "worker_starts": int
+    top level:      "impl": str (the --impl measured), "worker_starts": int, "harness": str (the harness
+                    version, ci.timing.harness_version), "candidate": bool (a commit's tree was measured),
+                    "sandbox": "bwrap" | "none"
     hardware:       "compute_capability": str, "l2_bytes": int, "max_sm_clock_mhz": int | None
     protocols[]:    "rounds": int, "zero_outputs": bool, "host_ahead": bool, "flush_l2_multiple": int,
-                    "version": int       # every field of the definition is hashed except flush_bytes
+                    "version": int, "harness": str   # every field of the definition is hashed except flush_bytes
     correctness:    "rounds_run": int, "seed": int, "inputs_unchanged": bool; outputs also carry
                     "shape_ok", "dtype_ok"; a non-finite max_abs_err is written as null (strict JSON)
     timings[]:      "host_enqueue_us": float; CUPTI ones also "activities_per_iter", "activity_names"
@@ -64,6 +70,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import statistics
 from typing import Any
 
@@ -113,7 +121,8 @@ def _req(doc: dict, key: str, types: type | tuple[type, ...], path: str, nullabl
 
 
 def validate(doc: Any) -> dict:
-    """Check a result document against schema version 1; return it, or raise SchemaError naming the path."""
+    """Check a result document against schema version 1 and the rules of ``check``; return it, or raise
+    SchemaError (RejectedResult for a rule) naming the path."""
     num = (int, float)
     if not isinstance(doc, dict):
         raise SchemaError("result: expected a JSON object")
@@ -177,14 +186,161 @@ def validate(doc: Any) -> dict:
     _req(suite, "status", str, "result.suite")
     for key in ("geomean_us", "score"):
         _req(suite, key, num, "result.suite", nullable=True)
+    return check(doc)
+
+
+class RejectedResult(SchemaError):
+    """A structurally valid document whose figures cannot be believed (the message says why)."""
+
+
+# Bounds of what a real measurement can give.
+MAX_DOC_BYTES = 64 * 1024 * 1024
+MAX_CASES = 256
+MAX_SAMPLES = 100_000
+MAX_SAMPLE_US = 1.0e9  # 1000 s: an interpreter case is seconds, nothing is this slow
+MAX_TEXT = 200_000  # characters of any string (an error message with its traceback tail)
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_CASE = re.compile(r"^B([1-9][0-9]{0,6})_S([1-9][0-9]{0,7})$")
+_REL = 1e-6  # statistics recomputed from samples must agree to this
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= _REL * max(abs(a), abs(b), 1e-12)
+
+
+def _finite_positive(x: Any, where: str) -> None:
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x <= 0:
+        raise RejectedResult(f"{where}: {x!r} is not a finite positive number")
+
+
+def _texts(obj: Any, where: str) -> None:
+    if isinstance(obj, str):
+        if len(obj) > MAX_TEXT:
+            raise RejectedResult(f"{where}: a string of {len(obj)} characters (at most {MAX_TEXT})")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _texts(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _texts(v, f"{where}[{i}]")
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        raise RejectedResult(f"{where}: {obj!r} (NaN or infinite)")
+
+
+def check(doc: dict) -> dict:
+    """The rules a structurally valid document must also follow before storage believes its figures; raises
+    RejectedResult naming the first rule broken."""
+    _texts(doc, "result")
+    if not _RUN_ID.match(doc["run_id"]):
+        raise RejectedResult(f"result.run_id: {doc['run_id'][:80]!r} is not a run id ([A-Za-z0-9_.-], 1-64)")
+    _finite_nonneg(doc["wall_s"], "result.wall_s")
+    hw = doc["hardware"]
+    if (doc["mode"] == "cpu-interpreter") != (hw["label"] == "cpu-interpreter"):
+        raise RejectedResult(f"result.hardware.label: {hw['label']!r} does not fit mode {doc['mode']!r}")
+    iters: dict[str, int] = {}
+    for i, p in enumerate(doc["protocols"]):
+        where = f"result.protocols[{i}]"
+        if not 1 <= p["iters"] <= MAX_SAMPLES or p["warmup"] < 0:
+            raise RejectedResult(f"{where}: iters {p['iters']} / warmup {p['warmup']} out of range")
+        if p["hash"] in iters:
+            raise RejectedResult(f"{where}.hash: {p['hash']!r} appears twice")
+        iters[p["hash"]] = p["iters"]
+    cases = doc["cases"]
+    if not 1 <= len(cases) <= MAX_CASES:
+        raise RejectedResult(f"result.cases: {len(cases)} cases (1 to {MAX_CASES})")
+    seen: set[str] = set()
+    n_pass = 0
+    for i, c in enumerate(cases):
+        where = f"result.cases[{i}]"
+        m = _CASE.match(c["case"])
+        if m is None or (int(m.group(1)), int(m.group(2))) != (c["batch_size"], c["seq_len"]):
+            raise RejectedResult(f"{where}.case: {c['case'][:80]!r} is not the case B{c['batch_size']}_S{c['seq_len']}")
+        if c["m"] != c["batch_size"] * c["seq_len"]:
+            raise RejectedResult(f"{where}.m: {c['m']} is not {c['batch_size']} x {c['seq_len']}")
+        if c["case"] in seen:
+            raise RejectedResult(f"{where}.case: {c['case']} appears twice")
+        seen.add(c["case"])
+        _finite_nonneg(c["wall_s"], f"{where}.wall_s")
+        medians: dict[tuple[str, str], float] = {}
+        for j, t in enumerate(c["timings"]):
+            tw = f"{where}.timings[{j}]"
+            xs = t["samples_us"]
+            if len(xs) != iters[t["protocol"]]:
+                raise RejectedResult(f"{tw}: {len(xs)} samples where the protocol times {iters[t['protocol']]}")
+            for x in xs:
+                _finite_positive(x, f"{tw}.samples_us")
+                if x > MAX_SAMPLE_US:
+                    raise RejectedResult(f"{tw}.samples_us: {x!r} us is beyond any measurement")
+            key = (t["impl"], t["protocol"])
+            if key in medians:
+                raise RejectedResult(f"{tw}: a second timing of {t['impl']} under one protocol")
+            med = statistics.median(xs)
+            if not _close(t["median_us"], med):
+                raise RejectedResult(f"{tw}.median_us: {t['median_us']!r} is not the median of its samples ({med!r})")
+            medians[key] = med
+        primary = doc["protocol"]
+        if c["status"] == "pass":
+            n_pass += 1
+            if ("kernel", primary) not in medians:
+                raise RejectedResult(f"{where}: passed without a kernel timing under the primary protocol")
+            if not _close(c["median_us"], medians[("kernel", primary)]):
+                raise RejectedResult(f"{where}.median_us: not the kernel's median under the primary protocol")
+        elif c["median_us"] is not None:
+            raise RejectedResult(f"{where}.median_us: a figure for a case that did not pass ({c['status']})")
+        for impl in ("eager", "cublas"):
+            if c[f"{impl}_us"] is not None and not _close(c[f"{impl}_us"], medians.get((impl, primary))):
+                raise RejectedResult(f"{where}.{impl}_us: not the {impl} median under the primary protocol")
+        for key in ("t_sol_us",):
+            if c[key] is not None:
+                _finite_positive(c[key], f"{where}.{key}")
+        if c["score"] is not None and not 0.0 <= c["score"] <= 1.0:
+            raise RejectedResult(f"{where}.score: {c['score']!r} is outside [0, 1]")
+    suite = doc["suite"]
+    if suite["n_cases"] != len(cases) or suite["n_pass"] != n_pass:
+        raise RejectedResult(
+            f"result.suite: n_cases/n_pass {suite['n_cases']}/{suite['n_pass']} do not count the "
+            f"cases ({len(cases)}/{n_pass})"
+        )
+    all_pass = n_pass == len(cases)
+    if (suite["status"] == "pass") != all_pass:
+        raise RejectedResult(f"result.suite.status: {suite['status']!r} with {n_pass} of {len(cases)} cases passing")
+    if suite["geomean_us"] is not None:
+        logs = [math.log(c["median_us"]) for c in cases if c["median_us"]]
+        if not all_pass or not _close(suite["geomean_us"], math.exp(statistics.fmean(logs))):
+            raise RejectedResult("result.suite.geomean_us: not the geometric mean of the case medians")
+    if suite["score"] is not None and not 0.0 <= suite["score"] <= 1.0:
+        raise RejectedResult(f"result.suite.score: {suite['score']!r} is outside [0, 1]")
+    return doc
+
+
+def _finite_nonneg(x: Any, where: str) -> None:
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
+        raise RejectedResult(f"{where}: {x!r} is not a finite number >= 0")
+
+
+def parse(data: str | bytes, where: str = "result") -> dict:
+    """A result document from JSON text: strict JSON (NaN and Infinity refused), at most MAX_DOC_BYTES, an
+    object; SchemaError otherwise (structure and rules are checked by ``validate``)."""
+    if len(data) > MAX_DOC_BYTES:
+        raise RejectedResult(f"{where}: {len(data)} bytes (at most {MAX_DOC_BYTES})")
+
+    def no_constants(name: str) -> Any:
+        raise RejectedResult(f"{where}: {name} is not valid JSON")
+
+    try:
+        doc = json.loads(data, parse_constant=no_constants)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RejectedResult(f"{where}: nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: expected a JSON object")
     return doc
 
 
 def load(path: str) -> dict:
     """Read and validate a result document from a file."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            doc = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"{path}: not valid JSON ({exc})") from None
-    return validate(doc)
+    with open(path, "rb") as fh:
+        return validate(parse(fh.read(), path))

@@ -1,4 +1,4 @@
-"""Fabricated result documents (schema v1) for tests: valid per ``ci.result.validate``.
+"""Fabricated result documents (schema v1) for tests: valid per ``storage.result.validate``.
 
     make_result(run_id=None, commit="c1", cases=None, medians=None, samples=None, status="pass",
                 hardware_label="NVIDIA H200", gpu_model="H200", protocol="p1", started_at=None, ...)
@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from ci.result import SCHEMA_VERSION, stable_hash, timing_stats, validate
 from kernel.workload import CASES, Case, geomean, sol_score, t_sol_us
+from storage.result import SCHEMA_VERSION, stable_hash, timing_stats, validate
 
 BASE_TIME = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -60,9 +60,9 @@ def draw_samples(median: float, n: int, noise: float, seed: str) -> list[float]:
     return [max(1e-3, x + shift) for x in raw]
 
 
-def make_protocol(hash_: str = "p1", name: str = "cuda_events_l2flush_rotate") -> dict:
+def make_protocol(hash_: str = "p1", name: str = "cuda_events_l2flush_rotate", iters: int = 50) -> dict:
     return {
-        "name": name, "hash": hash_, "timer": "cuda_events", "warmup": 10, "iters": 50,
+        "name": name, "hash": hash_, "timer": "cuda_events", "warmup": 10, "iters": iters,
         "l2_flush": True, "flush_bytes": 2 * 50 * 1024 * 1024, "rotate_inputs": True, "statistic": "median",
     }  # fmt: skip
 
@@ -104,7 +104,7 @@ def make_result(
         t0 = datetime.fromisoformat(started_at)
     else:
         t0 = datetime.now(UTC)
-    proto = make_protocol(protocol)
+    proto = make_protocol(protocol, iters=n_samples)
     model = gpu_model
 
     case_docs = []
@@ -138,7 +138,8 @@ def make_result(
                 "case": n, "batch_size": c.batch_size, "seq_len": c.seq_len, "m": c.m, "status": st,
                 "error": None if st == "pass" else f"fabricated {st}",
                 "correctness": None, "timings": timings,
-                "median_us": figures["kernel"], "eager_us": figures["eager"], "cublas_us": figures["cublas"],
+                "median_us": figures["kernel"] if st == "pass" else None, "eager_us": figures["eager"],
+                "cublas_us": figures["cublas"],
                 "t_sol_us": t_sol, "score": score, "config": {"block_m": 128} if timed else None,
                 "telemetry": None if clock_mhz is None else {
                     side: {"sm_clock_mhz": clock_mhz, "throttle": list(throttle)} for side in ("before", "after")

@@ -12,9 +12,9 @@ import torch
 
 from ci.cli import main
 from ci.measure import assemble_case, case_score, resolve_cases, suite_summary
-from ci.result import validate
 from ci.timing import Protocol, make_protocols
 from kernel.workload import CASES, SMOKE_CASES, Case, t_sol_us
+from storage.result import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKES = str(ROOT / "tests" / "fake_kernels.py")
@@ -117,7 +117,7 @@ def test_good_case_figures(mixed_run):
 def test_correctness_check_directly():
     import fake_kernels as fk
 
-    from ci.worker import check_correctness
+    from kernel.correctness import check_rounds as check_correctness
 
     cpu = torch.device("cpu")
     assert check_correctness(fk.good, 1, 3, cpu, rounds=2, seed=0).ok
@@ -145,7 +145,7 @@ def test_case_score_arithmetic():
 
 
 def test_t_sol_and_score_in_a_case_record():
-    p = Protocol("cuda_events", 10, 10, 50, l2_flush=True)
+    p = Protocol("cuda_events", 10, 10, 1, l2_flush=True)  # one timed iteration: one sample
     timings = [{"impl": i, "protocol": p.hash, "samples_us": [v], "median_us": v}
                for i, v in (("kernel", 20.0), ("eager", 30.0), ("cublas", 18.0))]
     rec = assemble_case(Case(1, 256), {"status": "pass", "timings": timings}, [p], "H200", "gpu", 1.0)
@@ -254,3 +254,19 @@ def test_illegal_address_is_isolated_on_the_gpu(tmp_path):
     assert [c["status"] for c in doc["cases"]] == ["error", "pass"]
     assert "illegal" in doc["cases"][0]["error"]
     assert doc["worker_starts"] == 2
+
+
+def test_the_parent_makes_every_statistic_from_raw_samples():
+    """The worker runs the commit's code: its figures are believed only as raw samples, counted against the
+    protocol; the medians are computed here (a forged median is ignored, a wrong sample count is an error)."""
+    p = Protocol("cuda_events", 1, 0, 3, l2_flush=True)
+    forged = [{"impl": "kernel", "protocol": p.hash, "samples_us": [30.0, 10.0, 20.0], "median_us": 1.0}]
+    rec = assemble_case(Case(1, 256), {"status": "pass", "timings": forged}, [p], "H200", "gpu", 1.0)
+    assert rec["median_us"] == 20.0 and rec["timings"][0]["median_us"] == 20.0
+    short = [{"impl": "kernel", "protocol": p.hash, "samples_us": [30.0, 10.0]}]
+    rec = assemble_case(Case(1, 256), {"status": "pass", "timings": short}, [p], "H200", "gpu", 1.0)
+    assert rec["status"] == "error" and "invalid timing" in rec["error"] and rec["median_us"] is None
+    for bad in ([float("nan")] * 3, [-1.0, 2.0, 3.0], ["1", 2.0, 3.0]):
+        rec = assemble_case(Case(1, 256), {"status": "pass", "timings": [
+            {"impl": "kernel", "protocol": p.hash, "samples_us": bad}]}, [p], "H200", "gpu", 1.0)  # fmt: skip
+        assert rec["status"] == "error", bad

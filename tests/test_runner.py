@@ -309,12 +309,13 @@ def test_worker_and_run_exit_codes(history: dict) -> None:
     shas = history["shas"]
     assert first.returncode == EXIT_OK, first.stderr[-3000:]
     assert seen.returncode == EXIT_OK and "already queued or measured" in seen.stderr, seen.stderr
-    assert slow.returncode == EXIT_REGRESSED, slow.stdout[-3000:] + slow.stderr[-3000:]
-    assert "REGRESSED" in slow.stdout and "regression" in slow.stdout
+    # the interpreter's timings are a functional check: a slower kernel passes there (GPU runs judge speed)
+    assert slow.returncode == EXIT_OK, slow.stdout[-3000:] + slow.stderr[-3000:]
+    assert "PASSED" in slow.stdout and "not a speed figure" in slow.stdout
     # watch --once: the four commits since n3, in order; the slow one was measured already (not again)
     assert last.returncode == EXIT_BROKEN, last.stderr[-3000:]
     lines = [ln.split()[:2] for ln in last.stdout.splitlines() if ln[:40] in shas.values()]
-    expect = [[shas["slow"], "REGRESSED"], [shas["wrong"], "INCORRECT"], [shas["broken"], "CRASHED"],
+    expect = [[shas["slow"], "PASSED"], [shas["wrong"], "INCORRECT"], [shas["broken"], "CRASHED"],
               [shas["n4"], "PASSED"]]  # fmt: skip
     assert sorted(lines) == sorted(expect), last.stdout
 
@@ -325,7 +326,7 @@ def test_outcomes_per_commit(history: dict) -> None:
     db, shas = history["db"], history["shas"]
     jobs = {j.commit: j for j in list_jobs(db)}
     outcome = {key: jobs[sha].outcome for key, sha in shas.items()}
-    assert outcome == {"n1": "passed", "n2": "passed", "n3": "passed", "slow": "regressed",
+    assert outcome == {"n1": "passed", "n2": "passed", "n3": "passed", "slow": "passed",
                        "wrong": "incorrect", "broken": "crashed", "n4": "passed"}, outcome  # fmt: skip
     assert all(j.status == "done" and j.attempts == 1 for j in jobs.values())
     assert "SyntaxError" in jobs[shas["broken"]].log
@@ -334,16 +335,16 @@ def test_outcomes_per_commit(history: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_regression_flagged_on_the_slow_commit_only(history: dict) -> None:
+def test_interpreter_runs_open_no_step_and_every_commit_is_stored_once(history: dict) -> None:
     db, shas = history["db"], history["shas"]
+    assert queries.changes(db).empty, "interpreter timings are never judged for speed"
     with db.read() as conn:
-        rows = conn.execute("""SELECT "commit", case_name, magnitude FROM flags WHERE kind = 'regression'""").fetchall()
         runs = dict(conn.execute("""SELECT "commit", count(*) FROM runs GROUP BY 1""").fetchall())
-    assert rows, "no regression flag at all"
-    assert {r[0] for r in rows} == {shas["slow"]}
-    assert all(r[2] > 0.5 for r in rows), rows  # about 2x slower
+        verdicts = dict(conn.execute("""SELECT "commit", verdict FROM verdicts""").fetchall())
     # one stored run per measured commit; the unimportable one is stored too, every case an error
     assert runs == {sha: 1 for sha in shas.values()}
+    assert verdicts[shas["slow"]] == "functional" and verdicts[shas["wrong"]] == "incorrect"
+    assert verdicts[shas["broken"]] == "broken"
     with db.read() as conn:
         broken = conn.execute("""SELECT DISTINCT x.status FROM runs r JOIN results x USING (run_id)
                                  WHERE r."commit" = ?""", [shas["broken"]]).fetchall()  # fmt: skip
@@ -353,13 +354,14 @@ def test_regression_flagged_on_the_slow_commit_only(history: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_commits_own_code_is_measured(history: dict) -> None:
-    """The slow commit's kernel median is about twice the neutral ones: the worktree's code ran."""
+    """The slow commit's kernel median is about twice the neutral ones: the commit's kernel ran (in the
+    trusted harness)."""
     db, shas = history["db"], history["shas"]
     with db.read() as conn:
         med = dict(conn.execute("""SELECT r."commit", x.median_us FROM runs r JOIN results x USING (run_id)
                                    WHERE x.status = 'pass'""").fetchall())  # fmt: skip
-    assert med[shas["slow"]] > 1.6 * med[shas["n3"]]
-    assert med[shas["n4"]] < 1.5 * med[shas["n3"]]
+    assert med[shas["slow"]] > 1.3 * med[shas["n3"]]  # about 2x; the interpreter is noisy on a busy machine
+    assert med[shas["n4"]] < med[shas["slow"]]
 
 
 @pytest.mark.slow
@@ -428,4 +430,26 @@ def test_local_executor_timeout_kills_and_cleans_up(tmp_path: Path) -> None:
     assert time.monotonic() - t < 30
     assert "killed after 4 s" in res.log
     assert not list((tmp_path / "work").iterdir())  # work folder removed
-    assert len(git(repo.path, "worktree", "list").splitlines()) == 1  # the worktree is gone
+    assert len(git(repo.path, "worktree", "list").splitlines()) == 1  # no worktree: the tree is an export
+
+
+def test_a_document_that_fails_validation_is_a_rejected_run(db: Database, tmp_path: Path) -> None:
+    """Nothing a measurement writes is believed without validation: a forged median makes the job rejected
+    (exit 1) and a rejected_runs row, never figures."""
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    sha = repo.head()
+    enqueue(db, str(repo.path), sha)
+
+    class Forger(FakeExecutor):
+        def execute(self, source, commit, **kw):
+            ex = super().execute(source, commit, **kw)
+            ex.doc["cases"][0]["median_us"] = 0.001  # not the median of its samples
+            return ex
+
+    report = Runner(db, RunnerConfig(worker="w"), executor=Forger({sha: "pass"})).run(once=True)[0]
+    assert report.outcome == "rejected" and exit_code_for([report.outcome]) == EXIT_BROKEN
+    with db.read() as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        reason = conn.execute("SELECT reason FROM rejected_runs").fetchone()[0]
+    assert "median_us" in reason
+    assert get_job(db, report.job_id).status == "done"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ci.result import stable_hash
 from ci.timing import (
     CPU_ITERS,
     CPU_ROUNDS,
@@ -20,6 +19,7 @@ from ci.timing import (
     timing_entry,
 )
 from kernel.workload import CORRECTNESS_ROUNDS, TIMED_ITERS, WARMUP_ITERS
+from storage.result import stable_hash
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -55,13 +55,27 @@ def test_invalid_protocol_rejected():
 
 
 def test_gpu_protocols_default_to_the_workload_counts():
-    primary, cupti = make_protocols("gpu")
-    assert (primary.timer, cupti.timer) == ("cuda_events", "cupti")
-    for p in (primary, cupti):
+    """The CUPTI span (the benchmark's rule) is the primary figure, CUDA events the cross-check; where the
+    profiler does not work, CUDA events alone."""
+    primary, events = make_protocols("gpu")
+    assert (primary.timer, events.timer) == ("cupti", "cuda_events")
+    for p in (primary, events):
         assert (p.rounds, p.warmup, p.iters, p.l2_flush) == (CORRECTNESS_ROUNDS, WARMUP_ITERS, TIMED_ITERS, True)
     assert [p.timer for p in make_protocols("gpu", cupti=False)] == ["cuda_events"]
-    assert [p.timer for p in make_protocols("gpu", primary="cupti")] == ["cupti", "cuda_events"]
+    assert [p.timer for p in make_protocols("gpu", cupti=False, primary="cupti")] == ["cuda_events"]
+    assert [p.timer for p in make_protocols("gpu", primary="cuda_events")] == ["cuda_events", "cupti"]
     assert make_protocols("gpu", iters=7)[0].hash != primary.hash
+
+
+def test_the_harness_version_is_part_of_the_protocol(monkeypatch):
+    """Upgrading the runner's harness starts a new series (another protocol hash), never a fake step."""
+    from ci import timing
+
+    p = make_protocols("gpu")[0]
+    assert p.definition()["harness"] == timing.harness_version() and len(p.harness) == 12
+    other = Protocol(p.timer, p.rounds, p.warmup, p.iters, p.l2_flush, harness="0" * 12)
+    assert other.hash != p.hash
+    assert Protocol.from_dict(p.definition()).hash == p.hash
 
 
 def test_cpu_protocol_is_reduced_and_distinct():

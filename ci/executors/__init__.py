@@ -1,9 +1,11 @@
 """Executors: build a commit's code somewhere isolated, run ``solci measure`` on it, return the result.
 
-- ``local``: a ``git worktree`` of the commit and a subprocess of this Python with the worktree first on
-  ``PYTHONPATH`` (the commit's code, this environment's dependencies);
-- ``docker``: an image built from ``git archive`` of the commit (its own Dockerfile, dependencies from a
-  prebuilt base image), the measurement run inside with the network off and the GPU passed through.
+- ``local``: the commit's tree (``git archive``) measured by this installation's harness, the kernel's worker
+  in a bubblewrap sandbox (``ci.sandbox``); ``--trusted`` measures without the sandbox;
+- ``docker``: the commit's tree copied into an image of this installation's harness (on the dependency image),
+  measured in a locked-down container (no network, non-root, read-only root, no capabilities, limits).
+
+In both, the commit supplies only its kernel package: the harness is the runner's own code.
 
 ``choose_executor("auto")`` takes Docker when an engine answers and the base image is there, else local.
 ``$SOLCI_EXECUTOR`` sets the default choice.
@@ -11,14 +13,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from ci.result import SchemaError, validate
+from storage.result import SchemaError, parse
 
 EXECUTOR_ENV = "SOLCI_EXECUTOR"
 EXECUTOR_KINDS = ("auto", "docker", "local")
@@ -55,7 +56,8 @@ class MeasureOptions:
 
 @dataclass
 class Execution:
-    """What an executor brings back: a status, the validated result (status ok only) and the log."""
+    """What an executor brings back: a status, the parsed result document (status ok only; storage validates
+    it) and the log."""
 
     status: str
     doc: dict | None
@@ -109,13 +111,12 @@ def clip_log(text: str, limit: int = LOG_LIMIT) -> str:
 
 
 def read_result(text: str | bytes, where: str) -> tuple[dict | None, str]:
-    """Parse and validate a result document; (doc, "") or (None, why)."""
+    """Parse a result document (strict JSON, bounded size, an object): (doc, "") or (None, why). It is NOT
+    validated here: storage validates at ingest and stores a document that fails as a rejected run."""
     try:
-        return validate(json.loads(text)), ""
-    except json.JSONDecodeError as exc:
-        return None, f"{where}: not valid JSON ({exc})"
+        return parse(text, where), ""
     except SchemaError as exc:
-        return None, f"{where}: not a valid result document ({exc})"
+        return None, str(exc)
 
 
 def default_kind() -> str:
@@ -133,8 +134,16 @@ def choose_executor(kind: str | None = None, *, gpu: str = "gpu0", **options: ob
     """
     from ci.executors.docker import DockerExecutor
     from ci.executors.local import LocalExecutor
+    from ci.sandbox import SandboxUnavailable
 
     kind = (kind or default_kind()).lower()
+    try:
+        return _choose(kind, gpu, options, DockerExecutor, LocalExecutor)
+    except SandboxUnavailable as exc:
+        raise ExecutorUnavailable(f"local executor: {exc}") from None
+
+
+def _choose(kind: str, gpu: str, options: dict, DockerExecutor: Any, LocalExecutor: Any) -> Executor:
     if kind not in EXECUTOR_KINDS:
         raise ExecutorUnavailable(f"executor {kind!r}: expected one of {', '.join(EXECUTOR_KINDS)}")
     if kind == "local":

@@ -1,15 +1,25 @@
-"""The Docker executor: build an image of the commit and measure inside it.
+"""The Docker executor: the commit's tree measured by this installation's harness in a locked-down container.
 
-Build: the context is ``git archive`` of the commit (tracked files only), built with the commit's own
-``Dockerfile`` (the runner's checkout's Dockerfile when the commit has none) and ``BASE_IMAGE`` = the prebuilt
-dependency image (``solci-deps:latest``, made by ``docker/build_base_image.sh``), so dependencies are a cached
-layer and a commit costs a source copy. A failed build is ``build_failed`` with the build log.
+Images (built with the network off: the dependency image already holds every package):
 
-Run: ``python -m ci.cli measure --out /out/result.json ...`` with the network off, memory and pids limits,
-the GPU when the host has one (device requests), a wall-clock timeout (then ``timed_out``). The result is
-copied out with ``get_archive`` (so it also works when the runner itself is a container using the host's
-Docker socket). Containers carry the label ``solci.gpu=<slot>``; ``cleanup_stale`` removes those a killed
-runner left.
+- ``solci-harness:<harness version>``: the dependency image (``solci-deps:*``, ``docker/``) plus this
+  installation's own harness packages (``ci``, ``kernel``, ``storage``) at ``/opt/solci``; built once per
+  harness version, from the runner's code, never from a commit's;
+- ``solci-run:<commit>``: the harness image plus the commit's tracked files (``git archive``) at
+  ``/candidate``, with a Dockerfile of the runner's (the commit's own Dockerfile is not used).
+
+Run: the harness's ``solci measure --candidate /candidate`` under ``timeout`` (so a container ends by itself even
+when no runner is left to stop it), as a non-root user (uid 10001), with a read-only root filesystem and a
+private ``/tmp``, every capability dropped, ``no-new-privileges``, no network, memory (at most 80 % of the
+engine host's), pids and time limits, the GPU when the host has one (device requests). The result document
+comes back from a per-run volume mounted at ``/out`` (``get_archive``, which also works when the runner itself
+is a container using the host's Docker socket); storage validates it before believing a figure. Containers
+and volumes carry the labels ``solci.gpu=<slot>`` and ``solci.owner=<host:pid>``; ``cleanup_stale`` removes
+what a killed runner of the slot left.
+
+What it does not isolate: the kernel shares the container with the harness process that measures it, so a
+hostile kernel can forge what that process writes; storage's validation, the integrity checks of the worker
+and the speed-of-light quarantine are what stand against that (as for the local executor's sandbox).
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import socket
+import subprocess
 import tarfile
 import time
 import uuid
@@ -25,13 +37,18 @@ from pathlib import Path
 from typing import Any
 
 from ci.executors import Execution, MeasureOptions, clip_log, gpu_index, measure_command, read_result
-from ci.gitutil import GitError
+from ci.gitutil import GitError, git_env
 
 DEFAULT_BASE_IMAGE = "solci-deps:latest"
 BASE_IMAGE_ENV = "SOLCI_BASE_IMAGE_FOR_RUNS"
+HARNESS_REPO = "solci-harness"
 IMAGE_REPO = "solci-run"
 LABEL = "solci.gpu"
-_RUNNER_DOCKERFILE = Path(__file__).resolve().parents[2] / "Dockerfile"
+OWNER_LABEL = "solci.owner"
+RUN_USER = "10001:10001"
+HARNESS_DIR = "/opt/solci"
+HOST_MEMORY_SHARE = 0.8
+_BOOT = f"import sys; sys.path.insert(0, {HARNESS_DIR!r}); from ci.cli import main; sys.exit(main())"
 
 
 def _docker() -> Any:
@@ -44,12 +61,32 @@ def host_has_gpu() -> bool:
     return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
 
 
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = str(text).strip().lower().rstrip("b")
+    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(float(t))
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 @dataclass
 class ContainerRun:
     status: str  # ok | timed_out | error
     exit_code: int | None
     log: str
     fetched: bytes | None  # the file asked for, when the container wrote it
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 class DockerExecutor:
@@ -70,11 +107,11 @@ class DockerExecutor:
         self.gpu = gpu
         self.base_image = base_image or os.environ.get(BASE_IMAGE_ENV) or DEFAULT_BASE_IMAGE
         self.gpus = gpus  # auto | all | none
-        self.mem_limit = mem_limit
         self.pids_limit = pids_limit
         self.build_timeout = build_timeout
         self.keep_images = keep_images
         self.client = client or _docker().from_env(timeout=int(build_timeout))
+        self.mem_limit = self.memory_limit(mem_limit)
 
     @classmethod
     def from_options(cls, *, gpu: str = "gpu0", **options: object) -> DockerExecutor:
@@ -97,7 +134,7 @@ class DockerExecutor:
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
-            return f"base image {image} is missing: run docker/build_base_image.sh"
+            return f"base image {image} is missing: run docker/ci_setup.sh (--gpu on a GPU host)"
         except Exception as exc:
             return f"cannot inspect base image {image}: {exc}"
         finally:
@@ -107,62 +144,127 @@ class DockerExecutor:
     def describe(self) -> str:
         return f"docker (base {self.base_image})"
 
-    # -------------------------------------------------------------------------------------------- build
-    def build_context(self, source: Path, commit: str) -> bytes:
-        """``git archive`` of the commit as a tar, with the runner's Dockerfile added when it has none."""
-        import subprocess
-
-        from ci.gitutil import git_env
-
-        tar = subprocess.run(
-            ["git", "archive", "--format=tar", commit], cwd=source, env=git_env(), capture_output=True,
-            check=False, timeout=600,
-        )  # fmt: skip
-        if tar.returncode != 0:
-            raise GitError(f"git archive {commit}: {tar.stderr.decode(errors='replace').strip()}")
-        data = tar.stdout
-        with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-            names = set(tf.getnames())
-        if "Dockerfile" in names or not _RUNNER_DOCKERFILE.exists():
-            return data
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=io.BytesIO(data)) as src, tarfile.open(fileobj=buf, mode="w") as dst:
-            for member in src.getmembers():
-                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-            dst.add(str(_RUNNER_DOCKERFILE), arcname="Dockerfile")
-        return buf.getvalue()
-
-    def build(self, source: Path, commit: str, lines: list[str]) -> str | None:
-        """Build the commit's image; its tag, or None (the build log is in ``lines``)."""
-        tag = f"{IMAGE_REPO}:{commit[:12]}"
+    def memory_limit(self, requested: str) -> str:
+        """``requested``, but never more than HOST_MEMORY_SHARE of the engine host's memory."""
+        want = _bytes(requested)
         try:
-            context = self.build_context(source, commit)
-        except GitError as exc:
-            lines.append(f"[solci] {exc}")
-            return None
-        lines.append(f"[solci] docker build {tag} (BASE_IMAGE={self.base_image}, context {len(context)} bytes)")
-        ok = False
+            total = int(self.client.info().get("MemTotal") or 0)
+        except Exception:
+            total = 0
+        if total:
+            want = min(want, int(HOST_MEMORY_SHARE * total))
+        return f"{want // (1 << 20)}m"
+
+    # -------------------------------------------------------------------------------------------- build
+    def _build(
+        self,
+        context: bytes,
+        tag: str,
+        dockerfile: str,
+        labels: dict[str, str],
+        lines: list[str],
+        buildargs: dict[str, str] | None = None,
+    ) -> bool:
         try:
             stream = self.client.api.build(
-                fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True,
-                pull=False, decode=True, buildargs={"BASE_IMAGE": self.base_image},
-                labels={"solci.commit": commit}, timeout=int(self.build_timeout),
-            )  # fmt: skip
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                buildargs=buildargs or {},
+                labels=labels,
+                dockerfile=dockerfile,
+                network_mode="none",
+                timeout=int(self.build_timeout),
+            )
+            ok = False
             for chunk in stream:
                 if "stream" in chunk:
                     lines.append(chunk["stream"].rstrip("\n"))
                 if "error" in chunk:
                     lines.append(f"[solci] build error: {chunk['error'].strip()}")
-                    return None
+                    return False
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     ok = True
-            ok = ok or self._image_exists(tag)
+            return ok or self._image_exists(tag)
         except Exception as exc:
             lines.append(f"[solci] build error: {exc.__class__.__name__}: {exc}")
-            return None
-        if ok:
-            self.prune_images(keep=self.keep_images, protect=tag)
+            return False
+
+    def harness_image(self, lines: list[str]) -> str | None:
+        """``solci-harness:<version>``: the dependency image plus this installation's harness (built once)."""
+        from ci.sandbox import harness_roots
+        from ci.timing import harness_version
+
+        tag = f"{HARNESS_REPO}:{harness_version()}"
+        if self._image_exists(tag):
+            return tag
+        files: dict[str, bytes] = {}
+        for root in harness_roots():
+            for path in sorted(root.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                    files[f"solci/{root.name}/{path.relative_to(root)}"] = path.read_bytes()
+        files["Dockerfile.solci-harness"] = (
+            "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nUSER 0\n"
+            f"COPY solci {HARNESS_DIR}\n"
+            f"RUN mkdir -p /out /candidate && chown {RUN_USER} /out && chmod -R a+rX {HARNESS_DIR}\n"
+            "ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp TRITON_CACHE_DIR=/tmp/triton\n"
+            f"USER {RUN_USER}\n"
+        ).encode()
+        lines.append(f"[solci] docker build {tag} (the runner's harness on {self.base_image}, network none)")
+        ok = self._build(
+            _tar(files),
+            tag,
+            "Dockerfile.solci-harness",
+            {"solci.harness": harness_version()},
+            lines,
+            {"BASE_IMAGE": self.base_image},
+        )
         return tag if ok else None
+
+    def build_context(self, source: Path, commit: str, harness: str) -> tuple[bytes, str]:
+        """``git archive`` of the commit as a tar, with the runner's Dockerfile (under a name no commit uses):
+        (context, dockerfile name)."""
+        tar = subprocess.run(
+            ["git", "archive", "--format=tar", "--prefix=candidate/", commit],
+            cwd=source,
+            env=git_env(),
+            capture_output=True,
+            check=False,
+            timeout=600,
+        )
+        if tar.returncode != 0:
+            raise GitError(f"git archive {commit}: {tar.stderr.decode(errors='replace').strip()}")
+        name = f"Dockerfile.solci-{uuid.uuid4().hex[:8]}"
+        dockerfile = f"FROM {harness}\nCOPY --chown=0:0 candidate /candidate\n".encode()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as src, tarfile.open(fileobj=buf, mode="w") as dst:
+            for member in src.getmembers():
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+            info = tarfile.TarInfo(name)
+            info.size = len(dockerfile)
+            dst.addfile(info, io.BytesIO(dockerfile))
+        return buf.getvalue(), name
+
+    def build(self, source: Path, commit: str, lines: list[str]) -> str | None:
+        """Build the commit's image; its tag, or None (the build log is in ``lines``)."""
+        harness = self.harness_image(lines)
+        if harness is None:
+            return None
+        tag = f"{IMAGE_REPO}:{commit[:12]}"
+        try:
+            context, dockerfile = self.build_context(source, commit, harness)
+        except GitError as exc:
+            lines.append(f"[solci] {exc}")
+            return None
+        lines.append(f"[solci] docker build {tag} (the commit's tree on {harness}, context {len(context)} bytes)")
+        if not self._build(context, tag, dockerfile, {"solci.commit": commit}, lines):
+            return None
+        self.prune_images(keep=self.keep_images, protect=tag)
+        return tag
 
     def prune_images(self, *, keep: int, protect: str = "") -> list[str]:
         """Remove all but the ``keep`` newest per-commit images (shared layers stay: only tags go)."""
@@ -201,6 +303,26 @@ class DockerExecutor:
             return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return [types.DeviceRequest(device_ids=[idx], capabilities=[["gpu"]])]
 
+    def run_options(self, *, timeout: float, env: dict[str, str] | None, commit: str) -> dict[str, Any]:
+        """The keyword arguments of ``containers.run``: every limit and lock-down in one place."""
+        return {
+            "detach": True,
+            "network_mode": "none",
+            "user": RUN_USER,
+            "read_only": True,
+            "tmpfs": {"/tmp": "rw,exec,nosuid,size=8g,mode=1777"},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "mem_limit": self.mem_limit,
+            "memswap_limit": self.mem_limit,
+            "pids_limit": self.pids_limit,
+            "device_requests": self._device_requests(),
+            "shm_size": "1g",
+            "environment": {"PYTHONUNBUFFERED": "1", "HOME": "/tmp", "TRITON_CACHE_DIR": "/tmp/triton", **(env or {})},
+            "labels": {LABEL: self.gpu, OWNER_LABEL: owner_id(), "solci.commit": commit},
+            "stop_signal": "SIGKILL",
+        }
+
     def execute(
         self, source: Path, commit: str, *, branch: str | None, repo: str, options: MeasureOptions
     ) -> Execution:
@@ -208,13 +330,18 @@ class DockerExecutor:
         lines = [f"[solci] docker executor: commit {commit} of {repo}"]
         image = self.build(source, commit, lines)
         if image is None:
-            return Execution("build_failed", None, clip_log("\n".join(lines)), time.monotonic() - start,
-                             executor=self.name)  # fmt: skip
+            return Execution(
+                "build_failed", None, clip_log("\n".join(lines)), time.monotonic() - start, executor=self.name
+            )
         out = "/out/result.json"
-        measure = ["python", "-m", "ci.cli", *measure_command(out, commit, branch, repo, options)]
-        cmd = ["sh", "-c", 'mkdir -p /out && exec "$@"', "sh", *measure]
-        lines.append(f"[solci] docker run {image} (network none, gpu {'yes' if self._device_requests() else 'no'}, "
-                     f"timeout {options.timeout:.0f} s): {' '.join(measure)}")  # fmt: skip
+        args = [*measure_command(out, commit, branch, repo, options), "--candidate", "/candidate", "--sandbox", "none"]
+        # the container ends by itself at the time limit, even when no runner is left to stop it
+        cmd = ["timeout", "-s", "KILL", str(int(options.timeout) + 30), "python", "-I", "-c", _BOOT, *args]
+        lines.append(
+            f"[solci] docker run {image} (user {RUN_USER}, read-only root, network none, no capabilities, "
+            f"memory {self.mem_limit}, gpu {'yes' if self._device_requests() else 'no'}, timeout "
+            f"{options.timeout:.0f} s): solci {' '.join(args)}"
+        )
         run = self.run_in_image(image, cmd, env=options.env, timeout=options.timeout, fetch=out, commit=commit)
         lines.append(run.log.rstrip())
         status, doc = run.status, None
@@ -231,24 +358,28 @@ class DockerExecutor:
                 lines.append(f"[solci] measure exit status {run.exit_code}")
         elif status == "timed_out":
             lines.append(f"[solci] killed after {options.timeout:.0f} s (timeout)")
-        return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, run.exit_code,
-                         self.name)  # fmt: skip
+        return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, run.exit_code, self.name)
 
     def run_in_image(
-        self, image: str, cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3600.0,
-        fetch: str | None = None, commit: str = "",
-    ) -> ContainerRun:  # fmt: skip
-        """Run ``cmd`` in a fresh container of ``image`` (network off, limits, the GPU when there is one),
-        wait at most ``timeout`` s, copy out the file ``fetch``; the container is removed afterwards."""
+        self,
+        image: str,
+        cmd: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 3600.0,
+        fetch: str | None = None,
+        commit: str = "",
+    ) -> ContainerRun:
+        """Run ``cmd`` in a fresh locked-down container of ``image`` (``run_options``) with a fresh volume at
+        ``/out``, wait at most ``timeout`` s, copy out the file ``fetch``; container and volume are removed."""
         name = f"solci-{self.gpu}-{(commit or 'adhoc')[:12]}-{uuid.uuid4().hex[:6]}"
-        container = None
+        container = volume = None
         try:
+            volume = self.client.volumes.create(name=f"{name}-out", labels={LABEL: self.gpu, OWNER_LABEL: owner_id()})
+            opts = self.run_options(timeout=timeout, env=env, commit=commit)
             container = self.client.containers.run(
-                image, cmd, detach=True, name=name, network_mode="none", mem_limit=self.mem_limit,
-                pids_limit=self.pids_limit, device_requests=self._device_requests(),
-                environment={"PYTHONUNBUFFERED": "1", **(env or {})},
-                labels={LABEL: self.gpu, "solci.commit": commit}, shm_size="1g",
-            )  # fmt: skip
+                image, cmd, name=name, volumes={volume.name: {"bind": "/out", "mode": "rw"}}, **opts
+            )
             status, code = self._wait(container, timeout)
             log = container.logs(stdout=True, stderr=True).decode(errors="replace")
             fetched = self._fetch(container, fetch) if fetch and status == "ok" else None
@@ -256,11 +387,12 @@ class DockerExecutor:
         except Exception as exc:
             return ContainerRun("error", None, f"[solci] docker run failed: {exc.__class__.__name__}: {exc}", None)
         finally:
-            if container is not None:
-                try:
-                    container.remove(force=True)
-                except Exception:
-                    pass
+            for thing in (container, volume):
+                if thing is not None:
+                    try:
+                        thing.remove(force=True)
+                    except Exception:
+                        pass
 
     def _wait(self, container: Any, timeout: float) -> tuple[str, int | None]:
         deadline = time.monotonic() + timeout
@@ -292,11 +424,18 @@ class DockerExecutor:
 
     # ------------------------------------------------------------------------------------------ recovery
     def cleanup_stale(self) -> list[str]:
+        """Remove the containers and volumes a killed runner of this slot left (labelled ``solci.gpu``)."""
         removed = []
         for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.gpu}"}):
             try:
                 c.remove(force=True)
                 removed.append(c.name)
+            except Exception:
+                pass
+        for v in self.client.volumes.list(filters={"label": f"{LABEL}={self.gpu}"}):
+            try:
+                v.remove(force=True)
+                removed.append(v.name)
             except Exception:
                 pass
         return removed

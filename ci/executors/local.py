@@ -1,27 +1,37 @@
-"""The local executor: a detached ``git worktree`` of the commit, measured by a subprocess of this Python.
+"""The local executor: the commit's tree measured by this installation's harness, its kernel in a sandbox.
 
-The subprocess runs ``python -m ci.cli measure`` with the worktree as its working directory and first on
-``PYTHONPATH``, so the commit's kernel and measure code run (with this environment's dependencies). It gets
-its own process group (killed whole on timeout) and dies with the runner (``PR_SET_PDEATHSIG``). Each run
-works in ``<work_root>/<gpu>-XXXX/`` (worktree ``src/``, ``result.json``, ``log.txt``, ``pid``), removed
-afterwards; ``cleanup_stale`` removes what a killed runner left there.
+For each commit: ``git archive`` of the commit is unpacked into a fresh work folder (a plain tree: no ``.git``,
+nothing that points back at the source repository); then this installation's own ``solci measure`` (the
+trusted harness: its timers, reference, correctness rule and statistics, never the commit's ``ci/``) runs as a
+subprocess in the work folder with ``--candidate <tree>``, and starts its case workers inside a bubblewrap
+sandbox (``ci.sandbox``: the tree read-only, a private scratch folder, the GPU's device nodes, nothing else:
+no history file, no source ``.git``, no home, no network). ``sandbox="none"`` (``--trusted``) measures
+without the sandbox and says so in the log. The measurement gets its own process group (killed whole on
+timeout) and dies with the runner (``PR_SET_PDEATHSIG``). Each run works in ``<work_root>/<gpu>-XXXX/``
+(``tree/``, ``scratch/``, ``result.json``, ``log.txt``, ``pid``), removed afterwards; ``cleanup_stale`` removes
+what a killed runner left there.
+
+The result document the measurement writes is parsed here and handed back as it is: storage validates it
+before believing any figure (``storage.result.validate``; a document that fails is a rejected run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 from ci.executors import Execution, MeasureOptions, clip_log, gpu_index, measure_command, read_result
-from ci.gitutil import GitError, git
+from ci.gitutil import GitError, git_env
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,29 +52,61 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def export_tree(source: Path, commit: str, dest: Path) -> None:
+    """The commit's tracked files (``git archive``) unpacked into ``dest``; GitError when git cannot."""
+    proc = subprocess.run(
+        ["git", "archive", "--format=tar", commit],
+        cwd=source,
+        env=git_env(),
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise GitError(f"git archive {commit}: {proc.stderr.decode(errors='replace').strip()}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tf:
+        tf.extractall(dest, filter="data")  # no links out of the tree, no device files, no set-uid bits
+
+
+def harness_command(args: list[str]) -> list[str]:
+    """This installation's ``solci`` (the trusted harness) run isolated: ``python -I`` (no PYTHON* variables,
+    no user site, not the working directory on ``sys.path``) with only the harness's folder on ``sys.path``."""
+    from ci.sandbox import harness_root
+
+    boot = f"import sys; sys.path.insert(0, {str(harness_root())!r}); from ci.cli import main; sys.exit(main())"
+    return [sys.executable, "-I", "-c", boot, *args]
+
+
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, *, gpu: str = "gpu0", python: str | None = None, work_root: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        gpu: str = "gpu0",
+        python: str | None = None,
+        work_root: str | Path | None = None,
+        sandbox: str = "auto",
+    ) -> None:
+        from ci import sandbox as sb
+
         self.gpu = gpu
         self.python = python or sys.executable
         self.work_root = Path(work_root) if work_root else default_work_root()
+        self.sandbox = sb.resolve(sandbox)  # SandboxUnavailable for auto/bwrap without a working bwrap
 
     @classmethod
     def from_options(cls, *, gpu: str = "gpu0", **options: object) -> LocalExecutor:
-        keys = ("python", "work_root")
+        keys = ("python", "work_root", "sandbox")
         return cls(gpu=gpu, **{k: v for k, v in options.items() if k in keys and v is not None})  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        return f"local ({self.python})"
+        return f"local ({'sandbox ' + self.sandbox if self.sandbox != 'none' else 'TRUSTED: no sandbox'})"
 
     # ------------------------------------------------------------------------------------------ running
-    def _env(self, worktree: Path, options: MeasureOptions) -> dict[str, str]:
-        env = dict(os.environ)
-        for key in ("PYTHONHOME", "PYTHONSTARTUP"):
-            env.pop(key, None)
-        prev = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = str(worktree) + (os.pathsep + prev if prev else "")
+    def _env(self, options: MeasureOptions) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SOLCI_DB", "GIT_"))}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         idx = gpu_index(self.gpu)
         if idx is not None and "CUDA_VISIBLE_DEVICES" not in env:
@@ -78,19 +120,23 @@ class LocalExecutor:
         start = time.monotonic()
         self.work_root.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix=f"{self.gpu}-", dir=self.work_root))
-        worktree, out, log_path = workdir / "src", workdir / "result.json", workdir / "log.txt"
+        tree, out, log_path = workdir / "tree", workdir / "result.json", workdir / "log.txt"
         lines = [f"[solci] local executor: commit {commit} of {repo}"]
+        if self.sandbox == "none":
+            lines.append("[solci] TRUSTED mode (--trusted): the commit's kernel runs without a sandbox")
         try:
             try:
-                git("worktree", "prune", cwd=source, check=False)
-                git("worktree", "add", "--detach", "--force", str(worktree), commit, cwd=source)
-            except GitError as exc:
-                lines.append(f"[solci] could not check the commit out: {exc}")
-                return Execution("build_failed", None, "\n".join(lines), time.monotonic() - start,
-                                 executor=self.name)  # fmt: skip
-            cmd = [self.python, "-m", "ci.cli", *measure_command(str(out), commit, branch, repo, options)]
-            lines.append(f"[solci] $ {' '.join(cmd)}  (cwd {worktree}, timeout {options.timeout:.0f} s)")
-            status, code, output = self._run(cmd, worktree, log_path, workdir, options)
+                export_tree(Path(source), commit, tree)
+            except (GitError, tarfile.TarError, OSError) as exc:
+                lines.append(f"[solci] could not export the commit: {exc}")
+                return Execution("build_failed", None, "\n".join(lines), time.monotonic() - start, executor=self.name)
+            args = measure_command(str(out), commit, branch, repo, options)
+            args += ["--candidate", str(tree), "--sandbox", self.sandbox, "--scratch", str(workdir / "scratch")]
+            cmd = harness_command(args)
+            lines.append(
+                f"[solci] $ solci {' '.join(args)}  (this installation's harness; timeout {options.timeout:.0f} s)"
+            )
+            status, code, output = self._run(cmd, workdir, log_path, workdir, options)
             lines.append(output.rstrip())
             doc = None
             if status == "ok":
@@ -108,16 +154,22 @@ class LocalExecutor:
                 lines.append(f"[solci] measure exit status {code}")
             return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, code, self.name)
         finally:
-            self._remove(source, workdir)
+            shutil.rmtree(workdir, ignore_errors=True)
 
     def _run(
         self, cmd: list[str], cwd: Path, log_path: Path, workdir: Path, options: MeasureOptions
     ) -> tuple[str, int | None, str]:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                cmd, cwd=cwd, env=self._env(cwd, options), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-            )  # fmt: skip
+                cmd,
+                cwd=cwd,
+                env=self._env(options),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
             (workdir / "pid").write_text(str(proc.pid))
             try:
                 code = proc.wait(timeout=options.timeout)
@@ -129,13 +181,6 @@ class LocalExecutor:
             finally:
                 _kill_group(proc.pid)  # whatever it left running in its group
         return status, code, log_path.read_text(errors="replace")
-
-    def _remove(self, source: Path, workdir: Path) -> None:
-        worktree = workdir / "src"
-        if worktree.exists():
-            git("worktree", "remove", "--force", str(worktree), cwd=source, check=False)
-        shutil.rmtree(workdir, ignore_errors=True)
-        git("worktree", "prune", cwd=source, check=False)
 
     # ------------------------------------------------------------------------------------------ recovery
     def cleanup_stale(self) -> list[str]:
@@ -150,12 +195,6 @@ class LocalExecutor:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
                 if str(workdir) in cmdline:  # still ours: the --out path names this folder
                     _kill_group(pid)
-            src = workdir / "src" / ".git"
-            if src.is_file():  # a worktree: tell its repository it is gone
-                with contextlib.suppress(OSError):
-                    gitdir = Path(src.read_text().split("gitdir:", 1)[1].strip())
-                    shutil.rmtree(workdir, ignore_errors=True)
-                    git("worktree", "prune", cwd=gitdir.parent.parent, check=False)
             shutil.rmtree(workdir, ignore_errors=True)
             removed.append(str(workdir))
         return removed
