@@ -13,6 +13,8 @@ COMMAND_MODULES = (
     "ci.commands",  # solci run / watch / worker / enqueue / hooks
     "ci.read_commands",  # solci history / flags / records / jobs / sql
     "dashboard.commands",  # solci dashboard / solci up (the main job)
+    "ci.doctor",  # solci doctor
+    "ci.fleet_commands",  # solci migrate / compact / spool / fleet (several hosts, one lake)
 )
 
 

@@ -14,11 +14,13 @@ Errors of usage (unknown commit, not a repository, locked or corrupt database) p
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ci.common import (
     add_db_argument,
     add_runner_options,
+    bounded,
     echo,
     handles_errors,
     install_stop_signals,
@@ -114,6 +116,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     db = open_db(args)
     config = runner_config(args)
     config.poll_interval = args.interval
+    if args.compact_every is not None:
+        config.compact_every = args.compact_every
     runner = Runner(db, config, echo=echo)
     echo(f"worker {config.worker} on {config.gpu}, {runner.executor.name} executor, db {db.path}")
     stop = install_stop_signals()
@@ -146,7 +150,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     db = open_db(args)
     if args.action == "install":
         path = hooks.install(args.repo, db.path, python=args.python)
-        print(f"solci: installed {path} (queues into {db.path.resolve()})")
+        where = db.describe() if hasattr(db, "describe") else str(Path(db.path).resolve())
+        print(f"solci: installed {path} (queues into {where})")
     else:
         path = hooks.uninstall(args.repo)
         print(f"solci: removed {path}" if path else "solci: no solci hook installed there")
@@ -201,6 +206,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between looks at an empty queue (5)")
+    p.add_argument(
+        "--compact-every",
+        type=bounded(int, 0),
+        default=None,
+        metavar="N",
+        help="a lake: compact its small files every N jobs (default $SOLCI_COMPACT_EVERY, else never)",
+    )
     add_db_argument(p)
     add_runner_options(p)
     p.set_defaults(func=cmd_worker)

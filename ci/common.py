@@ -74,16 +74,16 @@ def echo(msg: str) -> None:
 
 def handles_errors(func: Handler) -> Handler:
     """Turn expected failures into one line on stderr and a distinct exit code: 4 for the infrastructure
-    (the database stayed locked, the disk is full), 2 for everything else (bad values, unknown commit or run,
-    not a repository, corrupt or newer database)."""
+    (the database stayed locked, the lake's catalog is unreachable, the disk is full), 2 for everything else
+    (bad values, unknown commit or run, not a repository, corrupt or newer database)."""
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
-        from storage.db import DatabaseLockedError, StorageError
+        from storage.db import CatalogUnreachableError, DatabaseLockedError, StorageError
 
         try:
             return func(args)
-        except DatabaseLockedError as exc:
+        except (DatabaseLockedError, CatalogUnreachableError) as exc:
             error(str(exc))
             return EXIT_INFRA
         except OSError as exc:

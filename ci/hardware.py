@@ -17,8 +17,19 @@ from storage.result import stable_hash
 CPU_LABEL = "cpu-interpreter"
 
 # The fields that identify the hardware and software stack (not the host name): the fingerprint's input.
-_STABLE_FIELDS = ("label", "gpu_model", "gpu_name", "sm_count", "memory_bytes", "driver", "cuda", "torch",
-                  "triton", "python", "cpu")
+_STABLE_FIELDS = (
+    "label",
+    "gpu_model",
+    "gpu_name",
+    "sm_count",
+    "memory_bytes",
+    "driver",
+    "cuda",
+    "torch",
+    "triton",
+    "python",
+    "cpu",
+)
 
 _THROTTLE_NAMES = {
     0x1: "gpu_idle",
@@ -146,21 +157,34 @@ def fingerprint(device: Any, mode: str, nvml: Nvml | None = None) -> dict[str, A
     import triton
 
     hw: dict[str, Any] = {
-        "label": CPU_LABEL, "gpu_model": None, "gpu_name": None, "sm_count": None, "memory_bytes": None,
-        "driver": None, "cuda": torch.version.cuda, "torch": torch.__version__, "triton": triton.__version__,
-        "python": platform.python_version(), "hostname": socket.gethostname(), "cpu": cpu_name(),
+        "label": CPU_LABEL,
+        "gpu_model": None,
+        "gpu_name": None,
+        "sm_count": None,
+        "memory_bytes": None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "cpu": cpu_name(),
     }
     if mode == "gpu":
         props = torch.cuda.get_device_properties(device)
         nvml = nvml or Nvml(device)
         hw.update(
-            label=props.name, gpu_model=gpu_model(props.name), gpu_name=props.name,
-            sm_count=props.multi_processor_count, memory_bytes=props.total_memory, driver=nvml.driver(),
-            compute_capability=f"{props.major}.{props.minor}", l2_bytes=props.L2_cache_size,
+            label=props.name,
+            gpu_model=gpu_model(props.name),
+            gpu_name=props.name,
+            sm_count=props.multi_processor_count,
+            memory_bytes=props.total_memory,
+            driver=nvml.driver(),
+            compute_capability=f"{props.major}.{props.minor}",
+            l2_bytes=props.L2_cache_size,
             max_sm_clock_mhz=nvml.max_sm_clock_mhz(),
         )
     stable = {k: hw.get(k) for k in _STABLE_FIELDS}
     stable["python"] = ".".join(platform.python_version_tuple()[:2])  # 3.11.2 and 3.11.7 measure alike
     hw["fingerprint"] = stable_hash(stable, length=64)
     return hw
-

@@ -68,7 +68,7 @@ def hook_name(repo: Path) -> str:
     return "post-receive" if is_bare(repo) else "post-commit"
 
 
-def render(kind: str, repo: Path, db: Path, python: str | None = None) -> str:
+def render(kind: str, repo: Path, db: Path | str, python: str | None = None) -> str:
     pythonpath = str(Path(__file__).resolve().parents[1])  # the folder holding this `ci` package
     header = _HEADER.format(
         marker=MARKER, python=shlex.quote(python or sys.executable), repo=shlex.quote(str(repo)),
@@ -90,7 +90,9 @@ def install(repo_path: str | Path, db_path: str | Path, *, python: str | None = 
         if chained.exists():
             raise FileExistsError(f"{hook} is not a solci hook and {chained} exists too; merge them by hand")
         hook.rename(chained)
-    hook.write_text(render(kind, repo, Path(db_path).expanduser().resolve(), python))
+    spec = str(db_path)
+    db = spec if spec.startswith("ducklake:") else Path(spec).expanduser().resolve()  # a lake is named as given
+    hook.write_text(render(kind, repo, db, python))
     hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return hook
 

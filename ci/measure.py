@@ -121,6 +121,7 @@ def register(subparsers: Any) -> None:
         "(none, the default for measuring your own checkout)",
     )
     p.add_argument("--scratch", type=Path, help="the sandbox's private read-write folder (default: a new tmp)")
+    p.add_argument("--triton-cache", type=Path, help="Triton's cache folder (the runner keeps one per commit)")
     p.add_argument("--no-baselines", action="store_true", help="do not time eager / cuBLAS (no score)")
     p.add_argument(
         "--case-timeout",
@@ -229,6 +230,7 @@ class Isolation:
     candidate: Path | None = None
     sandbox: str = "none"
     scratch: Path | None = None
+    triton_cache: Path | None = None  # Triton's cache, kept across the runs of one commit
 
 
 class WorkerHandle:
@@ -251,9 +253,12 @@ class WorkerHandle:
                 scratch=scratch,
                 env=env,
                 gpu=None if mode != "cpu-interpreter" else False,
+                triton_cache=iso.triton_cache,
             )
         else:
             cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None)
+            if iso.triton_cache is not None:
+                env["TRITON_CACHE_DIR"] = str(iso.triton_cache)
         self.err = tempfile.TemporaryFile(mode="w+b")
         self.proc = subprocess.Popen(
             cmd,
@@ -558,7 +563,7 @@ def run_measure(args: argparse.Namespace) -> int:
     if args.candidate is not None and not (args.candidate / "kernel").is_dir():
         print(f"solci measure: --candidate {args.candidate}: no kernel/ package in that tree", file=sys.stderr)
         return 1
-    pool = WorkerPool(args.mode, Isolation(args.candidate, kind, args.scratch))
+    pool = WorkerPool(args.mode, Isolation(args.candidate, kind, args.scratch, args.triton_cache))
     try:
         hello = pool.start()
     except RuntimeError as exc:

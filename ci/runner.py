@@ -94,6 +94,9 @@ class RunnerConfig:
     judge: dict[str, Any] = field(default_factory=dict)  # fields of ci.judge.JudgeConfig
     confirm: bool = True  # re-measure a run that moved, interleaved with its parent, before any verdict
     poll_interval: float = 5.0
+    gpu_model: str | None = None  # the GPU model this runner measures on; None: detected (ci.fleet)
+    # a lake: compact it every N jobs (0: never; `solci compact` by hand or from cron); $SOLCI_COMPACT_EVERY
+    compact_every: int = field(default_factory=lambda: int(os.environ.get("SOLCI_COMPACT_EVERY") or 0))
 
 
 @dataclass
@@ -151,17 +154,27 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> list[int]:
-        """Queue again the jobs a dead runner of this GPU slot left running; clean up after it."""
-        from storage.jobs import recover_stale
+        """Store what the spool holds; queue again the jobs whose runner is gone (leases: a live runner's job on
+        this slot is left alone, and so are its files); clean up after a dead runner."""
+        from ci import fleet
+        from storage.jobs import recover_stale, slot_owner
 
-        requeued = recover_stale(self.db, gpu=self.config.gpu)
+        if self.config.gpu_model is None:
+            self.config.gpu_model = fleet.detect_gpu_model(self.config.gpu)
+        fleet.flush_spool(self.db, self.echo)  # results an earlier attempt could not store
+        requeued = recover_stale(self.db, gpu=self.config.gpu)  # only jobs whose owner is gone (leases)
         if requeued:
             self.echo(f"requeued job(s) {', '.join(map(str, requeued))} left running by a stopped runner")
-        try:
-            removed = self.executor.cleanup_stale()
-        except Exception as exc:  # a cleanup problem must not stop the worker
-            removed = []
-            self.echo(f"cleanup after a stopped runner failed: {exc}")
+        busy = slot_owner(self.db, self.config.gpu)
+        if busy is not None:  # another live runner measures on this slot: wait for it, leave its files alone
+            removed: list = []
+            self.echo(f"{self.config.gpu} runs job {busy.id} for a live runner ({busy.lease_owner}); waiting for it")
+        else:
+            try:
+                removed = self.executor.cleanup_stale()
+            except Exception as exc:  # a cleanup problem must not stop the worker
+                removed = []
+                self.echo(f"cleanup after a stopped runner failed: {exc}")
         if removed:
             self.echo(f"removed {len(removed)} leftover(s) of a stopped runner")
         self._started = True
@@ -169,23 +182,39 @@ class Runner:
 
     def run_next(self) -> JobReport | None:
         """Claim the oldest queued job of this slot and process it; None when the queue is empty."""
+        from ci.fleet import flush_spool
         from storage.jobs import claim_next
 
         if not self._started:
             self.start()
-        job = claim_next(self.db, self.config.worker, self.config.gpu)
+        flush_spool(self.db, self.echo)
+        job = claim_next(self.db, self.config.worker, self.config.gpu, gpu_model=self.config.gpu_model)
         return None if job is None else self.process(job)
 
     def run(
         self, *, once: bool = False, max_jobs: int | None = None, stop: threading.Event | None = None
     ) -> list[JobReport]:
-        """Process jobs until the queue is empty (``once``), ``max_jobs`` are done, or ``stop`` is set."""
+        """Process jobs until the queue is empty (``once``), ``max_jobs`` are done, or ``stop`` is set. A queue
+        that cannot be reached (locked, full, catalog unreachable) is tried again after ``poll_interval``."""
+        from ci.fleet import Compaction
+        from storage.db import StorageError
+
         if not self._started:
             self.start()
         reports: list[JobReport] = []
         stop = stop or threading.Event()
+        compaction = Compaction(self.config.compact_every)
         while not stop.is_set() and (max_jobs is None or len(reports) < max_jobs):
-            report = self.run_next()
+            try:
+                report = self.run_next()
+            except StorageError as exc:
+                if once:
+                    raise
+                self.echo(f"cannot reach the queue: {exc}")
+                stop.wait(self.config.poll_interval)
+                continue
+            if report is not None:
+                compaction.after_job(self.db, self.echo)
             if report is None:
                 if once:
                     break
@@ -196,7 +225,14 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------ one job
     def process(self, job: Any) -> JobReport:
-        """Measure, ingest, judge and finish one claimed job. Never raises for a problem of the job."""
+        """Measure, ingest, judge and finish one claimed job, holding its lease (a heartbeat thread) meanwhile.
+        Never raises for a problem of the job."""
+        from ci.fleet import hold
+
+        with hold(self.db, job, echo=self.echo):
+            return self._process(job)
+
+    def _process(self, job: Any) -> JobReport:
         from storage.jobs import finish
 
         start = time.monotonic()
@@ -253,14 +289,15 @@ class Runner:
         return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=self.config.measure)
 
     def _record(self, job: Any, execution: Execution, source: Path | None) -> tuple[str, str, str, str]:
-        from storage.ingest import ingest_result, reject
+        from ci.fleet import ingest_spooled
+        from storage.ingest import reject
         from storage.result import SchemaError
 
         doc = execution.doc
         assert doc is not None
         ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
         try:
-            ingest_result(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
+            ingest_spooled(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
         except SchemaError as exc:  # nothing it says is believed: stored as a rejected run, with the reason
             reject(self.db, doc, str(exc), job_id=job.id)
             self._lines.append(f"[solci] result rejected: {exc}")
@@ -298,9 +335,9 @@ class Runner:
         """The confirmation of a moved run: interleaved runs of the parent (A) and the commit (B), each a
         fresh measurement of only the cases in question, until ``pairs`` pairs are free of throttling (two
         pairs more at most). Each run is stored (purpose confirm) under this job."""
+        from ci.fleet import ingest_spooled
         from ci.judge import JudgeConfig, clean_pairs, interleave, pair_up
         from ci.judging import figures_from_rows
-        from storage.ingest import ingest_result
         from storage.queries import run_figures
 
         cfg = JudgeConfig(**self.config.judge)
@@ -325,7 +362,7 @@ class Runner:
                         lines.append(f"[solci] confirmation run of {sha[:12]} failed ({ex.status}):")
                         lines.append(ex.log[-4000:])
                         return done
-                    ingest_result(self.db, ex.doc, job_id=job.id, purpose="confirm")
+                    ingest_spooled(self.db, ex.doc, job_id=job.id, purpose="confirm")
                     done.append((label, ex.doc["run_id"]))
                     figs.append((label, figures_from_rows(run_figures(self.db, ex.doc["run_id"]))[0]))
                 if len(clean_pairs(pair_up(figs), cases)) >= cfg.pairs:

@@ -4,9 +4,12 @@
 network, ipc, uts, cgroup) with a filesystem made of:
 
 - read-only: the system (``/usr`` and the merged-usr links, the dynamic loader's cache), this Python (its
-  base prefix and the virtual environment), the runner's own harness packages (``ci``, ``kernel``,
+  base prefix and the virtual environment, the runner's site folders), the tools' folders outside /usr (the
+  C compiler Triton builds with, the PATH's folders), the runner's own harness packages (``ci``, ``kernel``,
   ``storage`` of this installation, at their own paths), and the commit's tree at ``/candidate``;
 - read-write: a private scratch folder (``/scratch``: HOME, TMPDIR, Triton's cache), a tmpfs ``/tmp``;
+  Triton's cache may be a folder kept across the runs of one commit (``triton_cache``): only that commit's
+  code ever writes it, so no commit can plant a compiled kernel another commit would load;
 - the GPU's device nodes (``/dev/nvidia*``), ``/proc/driver/nvidia`` and ``/sys`` read-only, when the host has
   a GPU; a private ``/proc`` and a minimal ``/dev`` otherwise.
 
@@ -67,12 +70,26 @@ def harness_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+def trusted_path() -> list[str]:
+    """The ``sys.path`` a harness process gets: the harness's folder, then this (trusted) process's own
+    entries that are absolute folders (the runner's PYTHONPATH or site folders), never the working directory."""
+    out = [str(harness_root())]
+    for p in sys.path:
+        if p and os.path.isabs(p) and os.path.isdir(p) and p not in out:
+            out.append(p)
+    return out
+
+
+def boot_code(module: str) -> str:
+    """``python -I -c`` code that runs ``module.main()`` with ``trusted_path()`` as the front of ``sys.path``."""
+    return f"import sys; sys.path[:0] = {trusted_path()!r}; from {module} import main; sys.exit(main())"
+
+
 def worker_command(mode: str, candidate: str | None) -> list[str]:
     """The worker's command: this Python, isolated (``-I``: no PYTHON* variables, no user site, no cwd on
-    ``sys.path``), with only the harness's folder put on ``sys.path``; ``candidate``: the commit's tree as the
-    worker sees it (``CANDIDATE_MOUNT`` inside the sandbox)."""
-    boot = f"import sys; sys.path.insert(0, {str(harness_root())!r}); from ci.worker import main; sys.exit(main())"
-    cmd = [sys.executable, "-I", "-c", boot, "--mode", mode]
+    ``sys.path``), with the harness's trusted ``sys.path`` (``trusted_path``); ``candidate``: the commit's tree as
+    the worker sees it (``CANDIDATE_MOUNT`` inside the sandbox)."""
+    cmd = [sys.executable, "-I", "-c", boot_code("ci.worker"), "--mode", mode]
     return [*cmd, "--candidate", candidate] if candidate else cmd
 
 
@@ -140,6 +157,40 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _inside_a_checkout(path: Path) -> bool:
+    """Whether ``path`` lies in a repository's checkout or a history's folder (never bound into a sandbox)."""
+    for p in (path, *path.parents):
+        if (p / ".git").exists() or (p / ".solci").exists():
+            return True
+    return False
+
+
+def tool_dirs(env: dict[str, str]) -> list[Path]:
+    """Folders outside /usr that the worker's tools live in: the C compiler Triton builds its driver module
+    with (``$CC`` or cc/gcc on PATH: its install prefix, e.g. /opt/gcc) and the PATH's folders; never one in a
+    repository's checkout or the home folder."""
+    out: list[Path] = []
+    home = Path.home().resolve()
+    path_dirs = [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
+    compilers = [env.get("CC")] + [shutil.which(c, path=env.get("PATH")) for c in ("cc", "gcc")]
+    for cc in compilers:
+        if cc and Path(cc).exists():
+            real = Path(cc).resolve()
+            out.append(real.parent.parent if real.parent.name == "bin" else real.parent)
+    for d in path_dirs:
+        if d.is_dir():
+            out.append(d.resolve())
+    keep = []
+    for d in out:
+        if str(d).startswith("/usr/") or d == Path("/usr") or _inside_a_checkout(d):
+            continue
+        if d == home or home in d.parents:
+            continue
+        if d not in keep:
+            keep.append(d)
+    return keep
+
+
 def _ro(path: Path, seen: set[str]) -> list[str]:
     """A read-only bind of ``path`` (resolved) unless it lies under a folder already bound."""
     real = str(Path(path).resolve())
@@ -150,7 +201,13 @@ def _ro(path: Path, seen: set[str]) -> list[str]:
 
 
 def wrap(
-    cmd: list[str], *, candidate: Path | None, scratch: Path, env: dict[str, str], gpu: bool | None = None
+    cmd: list[str],
+    *,
+    candidate: Path | None,
+    scratch: Path,
+    env: dict[str, str],
+    gpu: bool | None = None,
+    triton_cache: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """``cmd`` run inside a bubblewrap sandbox (see the module docstring); returns (command, environment)."""
     path = bwrap_path()
@@ -183,9 +240,20 @@ def wrap(
         args += _ro(p, seen)
     for p in harness_roots():
         args += _ro(p, seen)
+    for p in tool_dirs(env):
+        args += _ro(p, seen)
+    root = harness_root()
+    for p in trusted_path()[1:]:
+        # site folders only: never a repository's checkout (its history file, its .git) or the harness's root
+        if Path(p) == root or _inside_a_checkout(Path(p)):
+            continue
+        args += _ro(Path(p), seen)
     if candidate is not None:
         args += ["--ro-bind", str(Path(candidate).resolve()), CANDIDATE_MOUNT]
     args += ["--bind", str(scratch.resolve()), SCRATCH_MOUNT, "--chdir", SCRATCH_MOUNT]
+    if triton_cache is not None:  # kept across the runs of one commit (only that commit's code writes it)
+        triton_cache.mkdir(parents=True, exist_ok=True)
+        args += ["--bind", str(triton_cache.resolve()), f"{SCRATCH_MOUNT}/triton"]
     use_gpu = bool(_gpu_nodes()) if gpu is None else gpu
     if use_gpu:
         for node in _gpu_nodes():

@@ -18,7 +18,8 @@ the addresses are new each time and no preparation kernel runs inside the loop. 
 is first held by a sleep kernel long enough for the host to enqueue the flush and the call, so host launch
 overhead is not in the figure (as with the benchmark's CUPTI spans). On the stream, iteration i is then
 ``[sleep][flush][call's kernels...]``; the CUPTI timer attributes to iteration i every GPU activity after the
-i-th flush kernel and before the next sleep/flush kernel, whose names are learned once by profiling them alone.
+i-th flush kernel up to the next flush, less the next iteration's host-ahead sleep (the marker names are
+learned once by profiling them alone): a sleep the call launches itself counts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def harness_version() -> str:
         h.update(rel.encode())
         h.update(path.read_bytes() if path.exists() else b"-")
     return h.hexdigest()[:12]
+
 
 # The CPU interpreter's reduced protocol (the kernel takes seconds per call there).
 CPU_ROUNDS = 2
@@ -112,11 +114,21 @@ class Protocol:
         """The result document's ``protocols[]`` object (schema keys first, then the optional ones)."""
         flush_bytes = int(self.flush_l2_multiple * l2_bytes) if (self.l2_flush and l2_bytes) else 0
         return {
-            "name": self.name, "hash": self.hash, "timer": self.timer, "warmup": self.warmup,
-            "iters": self.iters, "l2_flush": self.l2_flush, "flush_bytes": flush_bytes,
-            "rotate_inputs": self.rotate_inputs, "statistic": self.statistic, "rounds": self.rounds,
-            "zero_outputs": self.zero_outputs, "host_ahead": self.host_ahead,
-            "flush_l2_multiple": self.flush_l2_multiple, "version": PROTOCOL_VERSION, "harness": self.harness,
+            "name": self.name,
+            "hash": self.hash,
+            "timer": self.timer,
+            "warmup": self.warmup,
+            "iters": self.iters,
+            "l2_flush": self.l2_flush,
+            "flush_bytes": flush_bytes,
+            "rotate_inputs": self.rotate_inputs,
+            "statistic": self.statistic,
+            "rounds": self.rounds,
+            "zero_outputs": self.zero_outputs,
+            "host_ahead": self.host_ahead,
+            "flush_l2_multiple": self.flush_l2_multiple,
+            "version": PROTOCOL_VERSION,
+            "harness": self.harness,
         }
 
     @classmethod
@@ -126,8 +138,13 @@ class Protocol:
 
 
 def make_protocols(
-    mode: str, *, rounds: int | None = None, warmup: int | None = None, iters: int | None = None,
-    cupti: bool = True, primary: str = DEFAULT_PRIMARY,
+    mode: str,
+    *,
+    rounds: int | None = None,
+    warmup: int | None = None,
+    iters: int | None = None,
+    cupti: bool = True,
+    primary: str = DEFAULT_PRIMARY,
 ) -> list[Protocol]:
     """The protocols of a run, the primary (the one series and scores use) first. ``cupti`` False (the
     profiler does not work here): CUDA events alone, primary whatever was asked."""
@@ -137,15 +154,27 @@ def make_protocols(
         return default if value is None else value
 
     if mode == "cpu-interpreter":
-        return [Protocol("wall_clock", pick(rounds, CPU_ROUNDS), pick(warmup, CPU_WARMUP), pick(iters, CPU_ITERS),
-                         l2_flush=False, host_ahead=False)]
+        return [
+            Protocol(
+                "wall_clock",
+                pick(rounds, CPU_ROUNDS),
+                pick(warmup, CPU_WARMUP),
+                pick(iters, CPU_ITERS),
+                l2_flush=False,
+                host_ahead=False,
+            )
+        ]
     if primary not in GPU_TIMERS:
         raise ValueError(f"primary timer must be one of {GPU_TIMERS}")
     if not cupti:
         primary = "cuda_events"
     timers = [primary] + ([t for t in GPU_TIMERS if t != primary] if cupti else [])
-    return [Protocol(t, pick(rounds, CORRECTNESS_ROUNDS), pick(warmup, WARMUP_ITERS), pick(iters, TIMED_ITERS),
-                     l2_flush=True) for t in timers]
+    return [
+        Protocol(
+            t, pick(rounds, CORRECTNESS_ROUNDS), pick(warmup, WARMUP_ITERS), pick(iters, TIMED_ITERS), l2_flush=True
+        )
+        for t in timers
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ attribution
@@ -159,23 +188,28 @@ class AttributionError(RuntimeError):
 def attribute_groups(
     activities: Sequence[Activity], flush_names: set[str], sleep_names: set[str], expected: int
 ) -> list[list[Activity]]:
-    """Split GPU activities into iterations: each group is what follows a flush up to the next sleep or flush.
+    """Split GPU activities into iterations: each group is everything between one flush and the next, less
+    the harness's own host-ahead sleep that directly precedes the next flush.
 
-    Activities before the first flush are ignored. Raises AttributionError when the number of groups is not
-    ``expected`` or a group is empty.
+    Only flushes delimit: a sleep (or anything else) the measured call launches itself stays in its
+    iteration, so no work can hide behind a kernel named like a marker; an extra flush-named kernel makes the
+    count wrong. Activities before the first flush are ignored. Raises AttributionError when the number of
+    groups is not ``expected`` or a group is empty.
     """
     groups: list[list[Activity]] = []
     open_group: list[Activity] | None = None
     for act in sorted(activities, key=lambda a: (a[1], a[2])):
-        name = act[0]
-        if name in flush_names or name in sleep_names:
+        if act[0] in flush_names:
             if open_group is not None:
                 groups.append(open_group)
-            open_group = [] if name in flush_names else None
+            open_group = []
         elif open_group is not None:
             open_group.append(act)
     if open_group is not None:
         groups.append(open_group)
+    for g in groups[:-1]:  # the next iteration's host-ahead sleep ends every group but the last
+        if g and g[-1][0] in sleep_names:
+            g.pop()
     if len(groups) != expected:
         raise AttributionError(f"CUPTI attribution: {len(groups)} flush-delimited groups, expected {expected}")
     for i, g in enumerate(groups):
@@ -339,13 +373,12 @@ class Timer:
         elif not self.is_cuda:
             raise RuntimeError(f"timer {protocol.timer} needs a CUDA device")
         elif protocol.timer == "cuda_events":
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(n)]
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
             torch.cuda.synchronize(self.device)
             host = self._enqueue(protocol, fn, sets, events)
             torch.cuda.synchronize(self.device)
             samples = [s.elapsed_time(e) * 1000.0 for s, e in events]
-            extra["host_enqueue_us"] = statistics.median(host[protocol.warmup:])
+            extra["host_enqueue_us"] = statistics.median(host[protocol.warmup :])
         else:  # cupti
             sleep_names, flush_names = self._markers_for(protocol)
             torch.cuda.synchronize(self.device)
@@ -354,14 +387,14 @@ class Timer:
                 torch.cuda.synchronize(self.device)
             groups = attribute_groups(_gpu_activities(prof), flush_names, sleep_names, n)
             samples = [span_us(g) for g in groups]
-            extra["host_enqueue_us"] = statistics.median(host[protocol.warmup:])
-            extra["activities_per_iter"] = statistics.median(len(g) for g in groups[protocol.warmup:])
+            extra["host_enqueue_us"] = statistics.median(host[protocol.warmup :])
+            extra["activities_per_iter"] = statistics.median(len(g) for g in groups[protocol.warmup :])
             extra["activity_names"] = sorted({a[0][:160] for g in groups for a in g})[:8]
         if len({a.data_ptr() for s in sets for a in _tensors(s[0])}) != sum(len(_tensors(s[0])) for s in sets):
             raise RuntimeError("timing: two iterations shared an input address (every iteration needs fresh copies)")
         kept = sets[len(sets) - keep :] if keep else []
         del sets
-        return TimingRun([float(s) for s in samples[protocol.warmup:]], extra, kept)
+        return TimingRun([float(s) for s in samples[protocol.warmup :]], extra, kept)
 
 
 def _tensors(obj: Any) -> list[Any]:
@@ -378,5 +411,10 @@ def _tensors(obj: Any) -> list[Any]:
 
 def timing_entry(impl: str, protocol: Protocol, run: TimingRun) -> dict[str, Any]:
     """The result document's ``timings[]`` object."""
-    return {"impl": impl, "protocol": protocol.hash, "samples_us": run.samples_us,
-            **timing_stats(run.samples_us), **run.extra}
+    return {
+        "impl": impl,
+        "protocol": protocol.hash,
+        "samples_us": run.samples_us,
+        **timing_stats(run.samples_us),
+        **run.extra,
+    }

@@ -10,10 +10,16 @@ read-only (``Could not set lock on file ... Conflicting lock is held``). So:
   ``DatabaseCorruptError`` and is left byte-identical.
 
 The schema is created and migrated in code (``storage.schema``) the first time a writer opens the file.
+
+Two backends behind this one interface: ``Database(spec)`` is the file backend for a path, and the lake backend
+(``storage.lake.LakeDatabase``: a DuckLake whose catalog is in PostgreSQL, for several machines) for a spec
+``ducklake:postgres:<libpq connection string>`` with its data folder from ``data_path=`` or
+``$SOLCI_DATA_PATH``. Both yield DuckDB connections on which the same SQL runs.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -26,6 +32,8 @@ from pathlib import Path
 import duckdb
 
 DB_ENV = "SOLCI_DB"
+DATA_PATH_ENV = "SOLCI_DATA_PATH"
+LAKE_PREFIX = "ducklake:"
 DEFAULT_RELATIVE_PATH = Path(".solci") / "history.duckdb"
 
 # Messages DuckDB gives when another holder keeps us out (another process, or this process with another
@@ -56,6 +64,19 @@ def default_db_path() -> Path:
     return DEFAULT_RELATIVE_PATH
 
 
+def is_lake_spec(spec: object) -> bool:
+    """A ``ducklake:...`` spec (the lake backend) rather than a file path."""
+    return isinstance(spec, str) and spec.startswith(LAKE_PREFIX)
+
+
+def default_db_spec() -> str | Path:
+    """``$SOLCI_DB`` (a path or a ``ducklake:`` spec), else ``./.solci/history.duckdb``."""
+    env = os.environ.get(DB_ENV)
+    if env and is_lake_spec(env):
+        return env
+    return default_db_path()
+
+
 class StorageError(Exception):
     """Base of storage errors; the message names the file and says what to do."""
 
@@ -74,6 +95,25 @@ class SchemaVersionError(StorageError):
 
 class HistoryMissingError(StorageError):
     """A reader was pointed at a history file that does not exist (readers never create one)."""
+
+
+class CatalogUnreachableError(StorageError):
+    """The lake's catalog (PostgreSQL) cannot be reached: nothing was read or written."""
+
+
+class DiskFullError(StorageError, OSError):
+    """A write failed for lack of space (ENOSPC / EDQUOT); the transaction was rolled back."""
+
+
+_DISK_FULL_PATTERNS = ("no space left on device", "disk quota exceeded", "not enough space")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An OSError with ENOSPC/EDQUOT, or a DuckDB error that says so."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return any(p in text for p in _DISK_FULL_PATTERNS)
 
 
 # Read-only connections are locked down: the SQL users send through `solci sql` or the dashboard reads the
@@ -134,9 +174,30 @@ def _transaction_depth() -> dict[str, int]:
 
 
 class Database:
-    """A handle on the history file; it holds no connection between calls."""
+    """A handle on the history file; it holds no connection between calls.
 
-    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 30.0, create: bool = True) -> None:
+    ``Database(spec)`` with a ``ducklake:`` spec (or ``$SOLCI_DB`` holding one) makes a
+    ``storage.lake.LakeDatabase`` instead: same methods, several machines.
+    """
+
+    backend = "file"
+
+    def __new__(cls, path: str | Path | None = None, *args: object, **kwargs: object) -> Database:
+        if cls is Database and is_lake_spec(str(path) if path is not None else default_db_spec()):
+            from storage.lake import LakeDatabase
+
+            return super().__new__(LakeDatabase)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        lock_timeout: float = 30.0,
+        create: bool = True,
+        data_path: str | Path | None = None,
+    ) -> None:
+        del data_path  # the file backend keeps everything in its one file
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.lock_timeout = float(lock_timeout)
         self.create = create  # False: a reader; a missing file is an error (HistoryMissingError), never made
@@ -148,6 +209,26 @@ class Database:
     @property
     def _key(self) -> str:
         return str(self.path.resolve())
+
+    @property
+    def url(self) -> str:
+        """What --db / $SOLCI_DB would say to open this history again."""
+        return str(self.path)
+
+    def describe(self) -> str:
+        """A printable name (no password)."""
+        return str(self.path)
+
+    def change_token(self) -> tuple:
+        """Changes whenever the history changes (the dashboard's cache key): the file's and its WAL's stat."""
+        out: list = []
+        for p in (self.path, Path(f"{self.path}.wal")):
+            try:
+                st = p.stat()
+                out += [st.st_mtime_ns, st.st_size]
+            except OSError:
+                out += [None, None]
+        return tuple(out)
 
     # ----------------------------------------------------------------------------------------- connecting
     def _connect(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -204,6 +285,14 @@ class Database:
                 schema.migrate(conn, self.path)
                 self._checked = True
                 yield conn
+            except (duckdb.Error, OSError) as exc:
+                if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+                    raise DiskFullError(
+                        errno.ENOSPC,
+                        f"{self.path}: the disk is full ({exc}); nothing of this write was stored. Free space "
+                        "and retry (a runner keeps the measured result in its spool).",
+                    ) from exc
+                raise
             finally:
                 writers.pop(self._key, None)
                 conn.close()
@@ -280,3 +369,15 @@ class Database:
             return schema.stored_version(conn)
         finally:
             conn.close()
+
+
+def open_database(
+    spec: str | Path | None = None,
+    data_path: str | Path | None = None,
+    *,
+    lock_timeout: float = 30.0,
+    create: bool = True,
+) -> Database:
+    """The history at ``spec``: a file path (file backend) or ``ducklake:postgres:<libpq string>`` (lake
+    backend, data folder ``data_path`` or ``$SOLCI_DATA_PATH``); None: ``$SOLCI_DB``, else the default file."""
+    return Database(spec, lock_timeout=lock_timeout, create=create, data_path=data_path)

@@ -505,3 +505,233 @@ def verdict_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
             """,
             {"ids": list(run_ids)},
         ).df()
+
+
+# --- dashboard and read commands
+# What the dashboard and the read commands (``ci.read_commands``) read: aggregated in SQL, bounded by a window of
+# the newest N runs of one selection (hardware label x protocol), never the whole history into Python.
+_MEASURED = "coalesce(r.purpose, 'measure') = 'measure'"  # confirmation re-measurements are not series points
+
+
+def _error_line(col: str) -> str:
+    """SQL for the informative line of an error text: its first non-blank line, or, for a Python traceback, its
+    last one (the exception); NULL for no error."""
+    lines = f"list_filter(string_split(coalesce({col}, ''), chr(10)), lambda l: trim(l) <> '')"
+    return f"""(CASE WHEN len({lines}) = 0 THEN NULL
+                     WHEN starts_with(trim({lines}[1]), 'Traceback') THEN left(trim({lines}[-1]), 300)
+                     ELSE left(trim({lines}[1]), 300) END)"""
+
+
+def series_summary(db: Database) -> pd.DataFrame:
+    """One row per series (hardware label x protocol) of the runs measured for their own sake: hardware,
+    gpu_model, protocol, protocol_name, gpu (any run on a GPU), n_runs, n_pass (every case passed), last_at,
+    last_pass_at, branches (sorted list). GPU series first, the one with the newest passing run first."""
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT r.hardware_label AS hardware, max(r.gpu_model) AS gpu_model, r.protocol,
+                       max(p.name) AS protocol_name, bool_or(r.mode = 'gpu') AS gpu, count(*) AS n_runs,
+                       count(*) FILTER (WHERE r.status = 'pass' AND r.n_pass = r.n_cases) AS n_pass,
+                       max(r.started_at) AS last_at,
+                       max(r.started_at) FILTER (WHERE r.status = 'pass' AND r.n_pass = r.n_cases) AS last_pass_at,
+                       list_sort(list(DISTINCT r.branch) FILTER (WHERE r.branch IS NOT NULL)) AS branches
+                FROM runs r LEFT JOIN protocols p ON p.hash = r.protocol
+                WHERE {_MEASURED}
+                GROUP BY r.hardware_label, r.protocol
+                ORDER BY gpu DESC, last_pass_at DESC NULLS LAST, last_at DESC, hardware, r.protocol"""
+        ).df()
+
+
+def stored_values(db: Database) -> dict[str, list[str]]:
+    """What the history holds, for messages about filters that matched nothing: hardware labels, GPU models,
+    protocols (hash and name), case names (by M), branches; each sorted."""
+    with db.read() as conn:
+        row = conn.execute(
+            """SELECT (SELECT list_sort(list(DISTINCT hardware_label)) FROM runs),
+                      (SELECT list_sort(list(DISTINCT gpu_model)) FROM runs WHERE gpu_model IS NOT NULL),
+                      (SELECT list_sort(list(DISTINCT protocol)) FROM runs),
+                      (SELECT list_sort(list(DISTINCT name)) FROM protocols WHERE hash IN (SELECT protocol FROM runs)),
+                      (SELECT list(case_name ORDER BY m, case_name)
+                       FROM (SELECT case_name, min(m) AS m FROM results GROUP BY case_name)),
+                      (SELECT list_sort(list(DISTINCT branch)) FROM runs WHERE branch IS NOT NULL)"""
+        ).fetchone()
+    keys = ("hardware", "gpu_model", "protocol", "protocol_name", "case", "branch")
+    return {k: list(v or []) for k, v in zip(keys, row or [None] * len(keys), strict=True)}
+
+
+def run_window(
+    db: Database, *, hardware: str, protocol: str, branch: str | None = None, limit: int = 200
+) -> pd.DataFrame:
+    """The newest ``limit`` runs of one series (exactly this hardware label and protocol; optionally one branch),
+    measured for their own sake, oldest first. Per run: the runs row's figures (hardware = the label), its
+    stored verdict (verdict, cases_moved, suite_change/lo/hi, worst_case, worst_change, drift, clock, step_id,
+    message, baseline_commit, judged_at), its step's status (step_status), the suite's screened change and the
+    in-run baselines' change (screen_change, control_change: what drift is judged on), and for a run with failed
+    cases: n_failed, failed_case and failed_status (the first by M), error_line (its informative error line)
+    and n_errors (how many distinct error lines)."""
+    err = _error_line("x.error")
+    with db.read() as conn:
+        return conn.execute(
+            f"""
+            WITH sel AS (
+                SELECT r.* FROM runs r
+                WHERE r.hardware_label = $hw AND r.protocol = $proto AND {_MEASURED}
+                  AND ($branch IS NULL OR r.branch = $branch)
+                ORDER BY r.started_at DESC, r.seq DESC LIMIT $lim
+            ),
+            bad AS (
+                SELECT x.run_id, count(*) AS n_failed, first(x.case_name ORDER BY x.m, x.case_name) AS failed_case,
+                       first(x.status ORDER BY x.m, x.case_name) AS failed_status,
+                       first({err} ORDER BY x.m, x.case_name) AS error_line, count(DISTINCT {err}) AS n_errors
+                FROM results x WHERE x.status <> 'pass' AND x.run_id IN (SELECT run_id FROM sel)
+                GROUP BY x.run_id
+            )
+            SELECT sel.run_id, sel.seq, sel."commit", sel.branch, sel.repo, sel.started_at, sel.finished_at,
+                   sel.wall_s, sel.mode, sel.hardware_label AS hardware, sel.gpu_model, sel.hostname, sel.protocol,
+                   sel.status, sel.n_cases, sel.n_pass, sel.geomean_us, sel.geomean_eager_us, sel.geomean_cublas_us,
+                   sel.score, sel.ratio_vs_cublas, sel.ratio_vs_eager, sel.job_id, sel.quarantine,
+                   v.verdict, v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi, v.worst_case, v.worst_change,
+                   v.drift, v.clock, v.step_id, v.message, v.baseline_commit, v.judged_at, s.status AS step_status,
+                   vc.change AS screen_change, vc.control_change,
+                   coalesce(bad.n_failed, 0) AS n_failed, bad.failed_case, bad.failed_status, bad.error_line,
+                   coalesce(bad.n_errors, 0) AS n_errors
+            FROM sel
+            LEFT JOIN verdicts v ON v.run_id = sel.run_id
+            LEFT JOIN steps s ON s.step_id = v.step_id
+            LEFT JOIN verdict_cases vc ON vc.run_id = sel.run_id AND vc.case_name = '__suite__'
+            LEFT JOIN bad ON bad.run_id = sel.run_id
+            ORDER BY sel.started_at, sel.seq
+            """,
+            {"hw": hardware, "proto": protocol, "branch": branch, "lim": int(limit)},
+        ).df()
+
+
+def window_cases(db: Database, run_ids: list[str]) -> pd.DataFrame:
+    """Per run x case of these runs, oldest first: run_id, commit, branch, started_at, hardware (label), case,
+    m, status, median_us, eager_us, cublas_us, t_sol_us, score, and the spread of the kernel's raw samples
+    under the run's primary protocol (q25_us, q75_us, min_us, max_us, n)."""
+    cols = ["run_id", "commit", "branch", "started_at", "hardware", "case", "m", "status", "median_us", "eager_us",
+            "cublas_us", "t_sol_us", "score", "q25_us", "q75_us", "min_us", "max_us", "n"]  # fmt: skip
+    if not run_ids:
+        return pd.DataFrame(columns=cols)
+    with db.read() as conn:
+        return conn.execute(
+            """
+            WITH ids AS (SELECT unnest($ids::VARCHAR[]) AS run_id),
+            sp AS (
+                SELECT s.run_id, s.case_name, s.protocol,
+                       list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
+                       list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us, s.min_us, s.max_us, s.n
+                FROM samples s WHERE s.impl = 'kernel' AND s.run_id IN (SELECT run_id FROM ids)
+            )
+            SELECT r.run_id, r."commit", r.branch, r.started_at, r.hardware_label AS hardware, x.case_name AS "case",
+                   x.m, x.status, x.median_us, x.eager_us, x.cublas_us, x.t_sol_us, x.score,
+                   sp.q25_us, sp.q75_us, sp.min_us, sp.max_us, sp.n
+            FROM runs r JOIN results x ON x.run_id = r.run_id
+            LEFT JOIN sp ON sp.run_id = x.run_id AND sp.case_name = x.case_name AND sp.protocol = r.protocol
+            WHERE r.run_id IN (SELECT run_id FROM ids)
+            ORDER BY r.started_at, r.seq, x.m, x.case_name
+            """,
+            {"ids": list(run_ids)},
+        ).df()
+
+
+def run_judgement(db: Database, run_id: str) -> pd.DataFrame:
+    """Per case of one run (by M, then the suite row '__suite__' when judged): status, error_line (the
+    informative line), error (full text), median_us, eager_us, cublas_us, t_sol_us, score, and what judging
+    stored for it: change (against its level), threshold, z, p_value, q_value, moved, control_change (the in-run
+    baselines), clock_change, confirmed, confirmed_change, confirmed_lo, confirmed_hi."""
+    err = _error_line("x.error")
+    with db.read() as conn:
+        return conn.execute(
+            f"""
+            WITH cases AS (
+                SELECT x.case_name, x.m, x.status, {err} AS error_line, x.error, x.median_us, x.eager_us,
+                       x.cublas_us, x.t_sol_us, x.score
+                FROM results x WHERE x.run_id = $run
+                UNION ALL
+                SELECT '__suite__', 1e18, r.status, NULL, NULL, r.geomean_us, r.geomean_eager_us, r.geomean_cublas_us,
+                       NULL, r.score
+                FROM runs r WHERE r.run_id = $run AND EXISTS (
+                    SELECT 1 FROM verdict_cases c WHERE c.run_id = $run AND c.case_name = '__suite__')
+            )
+            SELECT cases.case_name AS "case", cases.status, cases.error_line, cases.error, cases.median_us,
+                   cases.eager_us, cases.cublas_us, cases.t_sol_us, cases.score, c.change, c.threshold, c.z,
+                   c.p_value, c.q_value, c.moved, c.control_change, c.clock_change, c.confirmed, c.confirmed_change,
+                   c.confirmed_lo, c.confirmed_hi
+            FROM cases LEFT JOIN verdict_cases c ON c.run_id = $run AND c.case_name = cases.case_name
+            ORDER BY cases.m, cases.case_name
+            """,
+            {"run": run_id},
+        ).df()
+
+
+def series_changes(
+    db: Database, *, hardware: str, protocol: str, branch: str | None = None, limit: int = 500
+) -> pd.DataFrame:
+    """Every stored step of one series (exactly this hardware label and protocol; optionally one branch), newest
+    first, one row each: step_id, commit, parent_commit, run_id, status, direction, detected_by, cases_moved,
+    n_cases, suite_change/lo/hi, worst_case, worst_change, fixed_by (step id) and fixed_by_commit, ack_reason,
+    ack_at, message, branch, created_at, started_at (of the culprit's run)."""
+    with db.read() as conn:
+        return conn.execute(
+            """
+            WITH sel AS (
+                SELECT * FROM steps s WHERE s.hardware_label = $hw AND s.protocol = $proto
+                  AND ($branch IS NULL OR s.branch = $branch)
+                ORDER BY s.created_at DESC, s.step_id DESC LIMIT $lim
+            ),
+            worst AS (
+                SELECT c.step_id, arg_max(c.case_name, abs(c.change)) AS worst_case,
+                       arg_max(c.change, abs(c.change)) AS worst_change
+                FROM step_cases c WHERE c.step_id IN (SELECT step_id FROM sel) GROUP BY c.step_id
+            )
+            SELECT sel.step_id, sel."commit", sel.parent_commit, sel.run_id, sel.status, sel.direction,
+                   sel.detected_by, sel.cases_moved, sel.n_cases, sel.suite_change, sel.suite_lo, sel.suite_hi,
+                   worst.worst_case, worst.worst_change, sel.fixed_by, f."commit" AS fixed_by_commit, sel.ack_reason,
+                   sel.ack_at, sel.message, sel.branch, sel.hardware_label AS hardware, sel.protocol, sel.created_at,
+                   r.started_at
+            FROM sel LEFT JOIN worst ON worst.step_id = sel.step_id
+            LEFT JOIN steps f ON f.step_id = sel.fixed_by
+            LEFT JOIN runs r ON r.run_id = sel.run_id
+            ORDER BY coalesce(r.started_at, sel.created_at) DESC, sel.created_at DESC, sel.step_id DESC
+            """,
+            {"hw": hardware, "proto": protocol, "branch": branch, "lim": int(limit)},
+        ).df()
+
+
+def best_suite_score(db: Database, *, hardware: str, protocol: str, n_cases: int | None = None) -> dict | None:
+    """The project's best suite SOL score on one series: the passing GPU run (every case passed, not
+    quarantined, measured for its own sake) with the highest score, of ``n_cases`` cases (default: the most
+    cases any such run has). A dict (run_id, commit, branch, started_at, score, geomean_us, n_cases), None when
+    the series has no scored passing run."""
+    with db.read() as conn:
+        cur = conn.execute(
+            f"""
+            WITH ok AS (
+                SELECT r.* FROM runs r
+                WHERE r.hardware_label = $hw AND r.protocol = $proto AND {_MEASURED} AND r.mode = 'gpu'
+                  AND r.status = 'pass' AND r.n_pass = r.n_cases AND r.quarantine IS NULL AND r.score IS NOT NULL
+            )
+            SELECT run_id, "commit", branch, started_at, score, geomean_us, n_cases FROM ok
+            WHERE n_cases = coalesce($n, (SELECT max(n_cases) FROM ok))
+            ORDER BY score DESC, started_at LIMIT 1
+            """,
+            {"hw": hardware, "proto": protocol, "n": n_cases},
+        )
+        row = cur.fetchone()
+        return None if row is None else dict(zip([d[0] for d in cur.description], row, strict=True))
+
+
+def job_queue(db: Database, *, limit: int = 200) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(the newest ``limit`` jobs without their logs: id, status, outcome, commit, branch, trigger, attempts,
+    enqueued_at, started_at, finished_at, gpu, worker, run_id, repo, log_chars; the number of jobs per status
+    over the whole queue)."""
+    with db.read() as conn:
+        jobs = conn.execute(
+            """SELECT id, status, outcome, "commit", branch, "trigger", attempts, enqueued_at, started_at,
+                      finished_at, gpu, worker, run_id, repo, coalesce(length(log), 0) AS log_chars
+               FROM jobs ORDER BY id DESC LIMIT ?""",
+            [int(limit)],
+        ).df()
+        counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    return jobs, {k: int(v) for k, v in counts.items()}

@@ -34,10 +34,19 @@ Added by version 2:
 
 Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
 geometric mean over a run's cases.
+
+Backends: the same migrations build the file's schema and a lake's (``storage.lake``). DuckLake has no
+PRIMARY KEY / UNIQUE / CHECK constraints, indexes or sequences, so ``adapt_ddl`` drops those for the lake and
+replaces each ``DEFAULT nextval(...)`` by a time-ordered 64-bit id (``LAKE_ID_DEFAULT``: the transaction's
+millisecond times 2^20 plus 20 random bits). The tables mean the same on both; uniqueness of run_id is kept by
+ingest (a SELECT first, inside its transaction) and, on the lake, by serialized write transactions. A lake's
+``jobs`` and ``watch_state`` tables exist for the same SQL to run, but stay empty: its queue lives in PostgreSQL
+(``storage.lake_queue``), and a lake's readers see that queue under those two names.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -124,10 +133,56 @@ def _seed_published_records(conn: duckdb.DuckDBPyConnection) -> None:
     conn.executemany("INSERT INTO records VALUES (" + ", ".join(["?"] * 15) + ")", rows)
 
 
-def _v1(conn: duckdb.DuckDBPyConnection) -> None:
-    for stmt in _V1_DDL.split(";"):
-        if stmt.strip():
-            conn.execute(stmt)
+BACKENDS = ("file", "lake")
+# A time-ordered id without a sequence (DuckLake has none): milliseconds of the transaction x 2^20 + 20 random
+# bits. Unique with overwhelming probability, ordered between transactions, fits BIGINT until the year 2248.
+LAKE_ID_DEFAULT = "(epoch_ms(now()) * 1048576 + CAST(floor(random() * 1048576) AS BIGINT))"
+
+
+def _strip_checks(stmt: str) -> str:
+    """Remove every ``CHECK (...)`` clause (balanced parentheses)."""
+    out, i = [], 0
+    for m in re.finditer(r"\s+CHECK\s*\(", stmt):
+        if m.start() < i:
+            continue
+        out.append(stmt[i : m.start()])
+        depth, j = 1, m.end()
+        while depth and j < len(stmt):
+            depth += {"(": 1, ")": -1}.get(stmt[j], 0)
+            j += 1
+        i = j
+    out.append(stmt[i:])
+    return "".join(out)
+
+
+def adapt_ddl(ddl: str, backend: str) -> list[str]:
+    """The statements of ``ddl`` for ``backend``: unchanged for the file; for the lake without sequences,
+    indexes, PRIMARY KEY / UNIQUE / CHECK constraints, and with sequence defaults replaced by LAKE_ID_DEFAULT."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    statements = [s.strip() for s in ddl.split(";") if s.strip()]
+    if backend == "file":
+        return statements
+    out = []
+    for stmt in statements:
+        head = " ".join(stmt.split()[:2]).upper()
+        if head in ("CREATE SEQUENCE", "CREATE INDEX", "CREATE UNIQUE"):
+            continue
+        stmt = re.sub(r"DEFAULT\s+nextval\('[^']*'\)", f"DEFAULT {LAKE_ID_DEFAULT}", stmt)
+        stmt = re.sub(r",\s*PRIMARY KEY\s*\([^)]*\)", "", stmt)
+        stmt = re.sub(r"\s+PRIMARY KEY\b", "", stmt)
+        stmt = re.sub(r",\s*UNIQUE\s*\([^)]*\)", "", stmt)
+        out.append(_strip_checks(stmt))
+    return out
+
+
+def _run_ddl(conn: duckdb.DuckDBPyConnection, ddl: str, backend: str) -> None:
+    for stmt in adapt_ddl(ddl, backend):
+        conn.execute(stmt)
+
+
+def _v1(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
+    _run_ddl(conn, _V1_DDL, backend)
     _seed_published_records(conn)
 
 
@@ -135,7 +190,7 @@ def _v1(conn: duckdb.DuckDBPyConnection) -> None:
 class Migration:
     version: int
     description: str
-    apply: Callable[[duckdb.DuckDBPyConnection], None]
+    apply: Callable[..., None]  # (conn) on the file; (conn, backend) on a lake
 
 
 _V2_DDL = """
@@ -177,10 +232,8 @@ CREATE TABLE IF NOT EXISTS watch_state (
 """
 
 
-def _v2(conn: duckdb.DuckDBPyConnection) -> None:
-    for stmt in _V2_DDL.split(";"):
-        if stmt.strip():
-            conn.execute(stmt)
+def _v2(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
+    _run_ddl(conn, _V2_DDL, backend)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -214,7 +267,7 @@ def stored_version(conn: duckdb.DuckDBPyConnection, tables: set[str] | None = No
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def check_version(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
+def check_version(conn: duckdb.DuckDBPyConnection, path: Path | str) -> int:
     """The stored version; SchemaVersionError when it is newer than this code or the file is not ours."""
     tables = _tables(conn)
     if "solci_schema" not in tables:
@@ -234,15 +287,18 @@ def check_version(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
     return version
 
 
-def migrate(conn: duckdb.DuckDBPyConnection, path: Path) -> int:
-    """Apply the missing migrations (each in one transaction); return the resulting version."""
+def migrate(conn: duckdb.DuckDBPyConnection, path: Path | str, backend: str = "file") -> int:
+    """Apply the missing migrations (each in one transaction); return the resulting version.
+
+    A new lake gets them all in order too (it starts at the current version); the caller makes sure only one
+    process migrates a lake (``storage.lake`` holds a PostgreSQL advisory lock around this)."""
     version = check_version(conn, path)
     for mig in MIGRATIONS:
         if mig.version <= version:
             continue
         conn.begin()
         try:
-            mig.apply(conn)
+            mig.apply(conn) if backend == "file" else mig.apply(conn, backend)
             conn.execute("INSERT INTO solci_schema VALUES (?, ?, ?)", [mig.version, _now(), mig.description])
         except BaseException:
             conn.rollback()

@@ -19,8 +19,10 @@ def _outputs(go: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None):
     if out is not None:
         return out
     b, s, _ = go.shape
-    return (torch.empty(b, 32, s, 64, dtype=go.dtype, device=go.device),
-            torch.empty(2048, 2048, dtype=go.dtype, device=go.device))
+    return (
+        torch.empty(b, 32, s, 64, dtype=go.dtype, device=go.device),
+        torch.empty(2048, 2048, dtype=go.dtype, device=go.device),
+    )
 
 
 def good(go, x, w, *, out=None):
@@ -94,8 +96,7 @@ def gpu_mixed(go, x, w, *, out=None):
     return fn(go, x, w, out=out)
 
 
-BEHAVIOUR_BY_BATCH = {1: raises, 2: wrong, 3: unwritten, 4: mutates, 5: segfaults, 6: good, 7: hangs, 8: good,
-                      9: exits}
+BEHAVIOUR_BY_BATCH = {1: raises, 2: wrong, 3: unwritten, 4: mutates, 5: segfaults, 6: good, 7: hangs, 8: good, 9: exits}
 
 
 def mixed(go, x, w, *, out=None):

@@ -49,7 +49,9 @@ def test_builds_the_commit_and_measures_inside(repo: ProjectRepo, executor: Dock
 
 
 @pytest.mark.timeout(300)
-def test_containers_have_no_network(repo: ProjectRepo, executor: DockerExecutor) -> None:
+def test_containers_have_no_network_no_root_no_writes_no_capabilities(
+    repo: ProjectRepo, executor: DockerExecutor
+) -> None:
     image = executor.build(repo.path, repo.head(), [])
     assert image
     probe = (
@@ -59,24 +61,48 @@ def test_containers_have_no_network(repo: ProjectRepo, executor: DockerExecutor)
         "    socket.create_connection(('1.1.1.1', 53), timeout=3); print('network: reachable')\n"
         "except OSError as e:\n"
         "    print('network: unreachable', e)\n"
-        "open('/tmp/probe.txt', 'w').write('ok')\n"
+        "print('uid', os.getuid())\n"
+        "for path in ('/candidate/x', '/opt/solci/x', '/etc/x'):\n"
+        "    try:\n"
+        "        open(path, 'w'); print('writable', path)\n"
+        "    except OSError as e:\n"
+        "        print('read-only', path, e.errno)\n"
+        "print('caps', open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+        "open('/out/probe.txt', 'w').write('ok')\n"
     )
-    run = executor.run_in_image(image, ["python", "-c", probe], timeout=60, fetch="/tmp/probe.txt")
+    run = executor.run_in_image(image, ["python", "-c", probe], timeout=60, fetch="/out/probe.txt")
     assert run.status == "ok" and run.exit_code == 0, run.log
     assert "interfaces ['lo']" in run.log and "network: unreachable" in run.log
+    assert "uid 10001" in run.log, "the commit's code does not run as root"
+    assert "writable" not in run.log, "the root filesystem is read-only"
+    assert "caps 0000000000000000" in run.log, "no capability is left"
     assert run.fetched == b"ok"
 
 
-@pytest.mark.timeout(300)
-def test_broken_dockerfile_is_build_failed(repo: ProjectRepo, executor: DockerExecutor) -> None:
+def test_run_options_lock_the_container_down(executor: DockerExecutor) -> None:
+    opts = executor.run_options(timeout=60, env=None, commit="c")
+    assert opts["network_mode"] == "none" and opts["read_only"] is True and opts["user"] == "10001:10001"
+    assert opts["cap_drop"] == ["ALL"] and "no-new-privileges" in opts["security_opt"]
+    assert opts["pids_limit"] > 0 and opts["labels"][LABEL] == "gputest"
+    total = executor.client.info()["MemTotal"]
+    assert int(opts["mem_limit"].rstrip("m")) * 2**20 <= 0.8 * total + 2**20, "below the host's memory"
+
+
+@pytest.mark.timeout(600)
+def test_the_commits_own_dockerfile_is_never_used(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    """The harness image is the runner's: a commit that rewrites its Dockerfile (here: a build step that needs
+    the network, and a measurement of its own) is measured like any other; nothing of it runs at build time."""
     base = repo.head()
-    sha = repo.commit_file("Dockerfile", "\nRUN pip install --no-index solci-no-such-package\n", "broken deps")
+    sha = repo.commit_file(
+        "Dockerfile", "FROM scratch\nRUN pip install solci-no-such-package\n", "own Dockerfile", append=False
+    )
     try:
         ex = executor.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
     finally:
-        repo.revert_to(base, "undo broken deps")
-    assert ex.status == "build_failed", ex.log[-3000:]
-    assert ex.doc is None and "solci-no-such-package" in ex.log
+        repo.revert_to(base, "undo own Dockerfile")
+    assert ex.status == "ok" and ex.doc is not None, ex.log[-3000:]
+    assert "solci-no-such-package" not in ex.log and ex.doc["suite"]["status"] == "pass"
+    assert ex.doc["candidate"] is True and ex.doc["harness"]
 
 
 @pytest.mark.timeout(300)
@@ -103,19 +129,24 @@ def test_unimportable_kernel_crashes(repo: ProjectRepo, executor: DockerExecutor
     assert outcome_of("broken", {c["status"] for c in ex.doc["cases"]}) == "crashed"
 
 
-def test_context_gets_the_runners_dockerfile_when_the_commit_has_none(tmp_path: Path,
-                                                                      executor: DockerExecutor) -> None:  # fmt: skip
+def test_context_is_the_commits_tree_under_candidate_with_the_runners_dockerfile(
+    tmp_path: Path, executor: DockerExecutor
+) -> None:
     from tests.repo_factory import small_repo
 
     repo = small_repo(tmp_path / "plain", n_commits=1)
-    data = executor.build_context(repo.path, repo.head())
+    data, dockerfile = executor.build_context(repo.path, repo.head(), "solci-harness:test")
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-        assert {"notes.txt", "Dockerfile"} <= set(tf.getnames())
+        names = set(tf.getnames())
+        text = tf.extractfile(dockerfile).read().decode()
+    assert "candidate/notes.txt" in names and dockerfile.startswith("Dockerfile.solci-")
+    assert text.startswith("FROM solci-harness:test") and "COPY --chown=0:0 candidate /candidate" in text
 
 
 def test_cleanup_stale_removes_leftover_containers(executor: DockerExecutor) -> None:
-    c = executor.client.containers.create("solci-base:bookworm", ["sleep", "60"], labels={LABEL: "gputest"},
-                                          network_mode="none")  # fmt: skip
+    c = executor.client.containers.create(
+        "solci-base:bookworm", ["sleep", "60"], labels={LABEL: "gputest"}, network_mode="none"
+    )
     assert c.name in executor.cleanup_stale()
     assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
 

@@ -123,7 +123,7 @@ def test_hostile_commit_in_the_local_sandbox_changes_nothing(scene, tmp_path: Pa
     assert r["write_history"].startswith("refused") and r["plant_hook"].startswith("refused")
     assert r["network"].startswith("refused") and r["dns"].startswith("refused")
     assert str(t.history) not in r["parent_cmdline"] and r["env_history"] == "done: None"
-    assert not list((tmp_path / "work").iterdir()), "the work folder is removed"
+    assert not list((tmp_path / "work").glob("gpuh-*")), "the work folder is removed"
     # stored, it is a broken run of the commit and nothing else: no figure, no record
     from ci.judging import judge_run
 
@@ -316,3 +316,25 @@ def test_validate_accepts_what_the_harness_writes() -> None:
     doc = make_result()
     assert validate(doc) is doc
     assert math.isfinite(doc["suite"]["geomean_us"])
+
+
+def test_the_sandbox_binds_the_compiler_but_never_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton builds its driver module with $CC (on the H200: /opt/gcc/bin/gcc): its prefix is bound read-only;
+    a PATH folder inside a repository's checkout (its history, its .git) is not."""
+    from ci import sandbox
+
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    cc = prefix / "bin" / "gcc"
+    cc.write_text("#!/bin/sh\n")
+    cc.chmod(0o755)
+    repo = make_project_repo(tmp_path / "repo")
+    (repo.path / "tools").mkdir()
+    env = {"CC": str(cc), "PATH": f"{repo.path / 'tools'}:/usr/bin:/bin"}
+    dirs = sandbox.tool_dirs(env)
+    assert prefix.resolve() in dirs and not any(str(d).startswith(str(repo.path)) for d in dirs)
+    if sandbox.bwrap_path():
+        cmd, _ = sandbox.wrap(["true"], candidate=None, scratch=tmp_path / "s", env=env)
+        binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
+        assert str(prefix.resolve()) in binds
+        assert not any(b.startswith(str(repo.path)) for b in binds)

@@ -25,8 +25,8 @@ def test_returns_new_tensors_in_bhsd_layout() -> None:
     assert ga.shape == (3, 32, 5, 64) and ga.is_contiguous() and ga.dtype == torch.bfloat16
     assert gw.shape == (2048, 2048) and gw.dtype == torch.bfloat16
     # Element (b, h, s, d) is row b*S+s, column h*64+d of grad_output @ weight.
-    full = (go.float().reshape(-1, 2048) @ w.float())
-    assert torch.allclose(ga[2, 7, 4].float(), full[2 * 5 + 4, 7 * 64:(7 + 1) * 64], rtol=0.02, atol=0.02)
+    full = go.float().reshape(-1, 2048) @ w.float()
+    assert torch.allclose(ga[2, 7, 4].float(), full[2 * 5 + 4, 7 * 64 : (7 + 1) * 64], rtol=0.02, atol=0.02)
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -76,11 +76,12 @@ def test_bad_out_raises() -> None:
         attn_output_proj_backward(g, x, w, out=(g.view(1, 32, 4, 64), gw))
     shared = torch.empty(2048 * 2048 + 32 * 4 * 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="share memory"):
-        attn_output_proj_backward(g, x, w, out=(shared[: 32 * 4 * 64].view(1, 32, 4, 64),
-                                                shared[128: 128 + 2048 * 2048].view(2048, 2048)))
+        attn_output_proj_backward(
+            g, x, w, out=(shared[: 32 * 4 * 64].view(1, 32, 4, 64), shared[128 : 128 + 2048 * 2048].view(2048, 2048))
+        )
     loose = torch.empty(2048 * 2048 + 8, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"out\[1\] \(grad_weight\): must be 16-byte aligned"):
-        attn_output_proj_backward(g, x, w, out=(ga, loose[1: 1 + 2048 * 2048].view(2048, 2048)))
+        attn_output_proj_backward(g, x, w, out=(ga, loose[1 : 1 + 2048 * 2048].view(2048, 2048)))
 
 
 def test_misaligned_input_views_are_copied_not_rejected() -> None:
@@ -115,8 +116,13 @@ def test_configs_are_keyed_by_bucket_not_by_m() -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"schedule": "partitioned"}, {"schedule": "shared", "tma_store": False}, {"use_tma": False},
-     {"device_desc": True}, {"schedule": "partitioned", "use_tma": False}],
+    [
+        {"schedule": "partitioned"},
+        {"schedule": "shared", "tma_store": False},
+        {"use_tma": False},
+        {"device_desc": True},
+        {"schedule": "partitioned", "use_tma": False},
+    ],
     ids=["partitioned", "shared-ptrstore", "pointers", "device-desc", "partitioned-pointers"],
 )
 def test_kernel_variants_match_reference_twice(overrides: dict) -> None:
@@ -147,7 +153,8 @@ def test_sweep_candidates_are_valid_configs() -> None:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"ga_bn": 32}, {"bk": 48}, {"gw_bn": 96}, {"schedule": "round-robin"}, {"warp_specialize": "yes"}],
+    "overrides",
+    [{"ga_bn": 32}, {"bk": 48}, {"gw_bn": 96}, {"schedule": "round-robin"}, {"warp_specialize": "yes"}],
     ids=["ga_bn-not-heads", "bk", "gw_bn", "schedule", "warp_specialize"],
 )
 def test_bad_configs_are_refused_before_launch(overrides: dict) -> None:
@@ -186,8 +193,12 @@ def test_bench_configs_file_round_trips_and_bad_files_are_named(tmp_path) -> Non
     want = {b: config_for(b, (9, 0)) for b in (256, 8192)}
     good.write_text(json.dumps({str(b): c.as_dict() for b, c in want.items()}))
     assert load_configs(str(good)) == want
-    cases = {"missing.json": None, "notjson.json": "{", "badkey.json": '{"256": {"no_such_field": 1}}',
-             "badbucket.json": json.dumps({"300": want[256].as_dict()})}
+    cases = {
+        "missing.json": None,
+        "notjson.json": "{",
+        "badkey.json": '{"256": {"no_such_field": 1}}',
+        "badbucket.json": json.dumps({"300": want[256].as_dict()}),
+    }
     for name, text in cases.items():
         path = tmp_path / name
         if text is not None:

@@ -22,8 +22,13 @@ FAKES = str(ROOT / "tests" / "fake_kernels.py")
 
 def _measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, dict | None, str]:
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "ci.cli", "measure", *args, "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci.cli", "measure", *args, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     doc = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, doc, proc.stderr
 
@@ -31,17 +36,41 @@ def _measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, dic
 # ------------------------------------------------------------------------------------------------ fake kernels
 # Batch sizes of tests/fake_kernels.py's BEHAVIOUR_BY_BATCH, in run order; each crash/hang is followed by a
 # good case, which must still pass in a fresh worker.
-MIXED_EXPECTED = {1: "error", 2: "incorrect", 3: "incorrect", 4: "incorrect", 5: "error", 6: "pass",
-                  7: "timeout", 8: "pass", 9: "error", 10: "pass"}
+MIXED_EXPECTED = {
+    1: "error",
+    2: "incorrect",
+    3: "incorrect",
+    4: "incorrect",
+    5: "error",
+    6: "pass",
+    7: "timeout",
+    8: "pass",
+    9: "error",
+    10: "pass",
+}
 
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mixed")
     cases = " ".join(f"{b},3" for b in MIXED_EXPECTED)
-    return _measure(tmp, "--mode", "cpu-interpreter", "--cases", cases, "--impl", f"{FAKES}:mixed",
-                    "--case-timeout", "10",
-                    "--commit", "abc123", "--branch", "feature", "--repo", "example/repo")
+    return _measure(
+        tmp,
+        "--mode",
+        "cpu-interpreter",
+        "--cases",
+        cases,
+        "--impl",
+        f"{FAKES}:mixed",
+        "--case-timeout",
+        "10",
+        "--commit",
+        "abc123",
+        "--branch",
+        "feature",
+        "--repo",
+        "example/repo",
+    )
 
 
 def test_mixed_run_document_is_valid(mixed_run):
@@ -146,8 +175,10 @@ def test_case_score_arithmetic():
 
 def test_t_sol_and_score_in_a_case_record():
     p = Protocol("cuda_events", 10, 10, 1, l2_flush=True)  # one timed iteration: one sample
-    timings = [{"impl": i, "protocol": p.hash, "samples_us": [v], "median_us": v}
-               for i, v in (("kernel", 20.0), ("eager", 30.0), ("cublas", 18.0))]
+    timings = [
+        {"impl": i, "protocol": p.hash, "samples_us": [v], "median_us": v}
+        for i, v in (("kernel", 20.0), ("eager", 30.0), ("cublas", 18.0))
+    ]
     rec = assemble_case(Case(1, 256), {"status": "pass", "timings": timings}, [p], "H200", "gpu", 1.0)
     # H200: max(4*256*2048^2 / 989e12, 2*(3*256*2048 + 2*2048^2) / 4.8e12) s = max(4.3429, 4.1506) us
     t_sol = 4 * 256 * 2048**2 / 989e12 * 1e6
@@ -159,8 +190,15 @@ def test_t_sol_and_score_in_a_case_record():
 
 
 def _rec(status, k, e, c, score, t_sol=10.0):
-    return {"status": status, "median_us": k, "eager_us": e, "cublas_us": c, "score": score,
-            "t_sol_us": t_sol, "timings": []}
+    return {
+        "status": status,
+        "median_us": k,
+        "eager_us": e,
+        "cublas_us": c,
+        "score": score,
+        "t_sol_us": t_sol,
+        "timings": [],
+    }
 
 
 def test_suite_summary_arithmetic():
@@ -187,12 +225,15 @@ def test_resolve_cases():
     assert len(resolve_cases([["all"]], "cpu-interpreter", True)) == len(CASES)
 
 
-@pytest.mark.parametrize("argv", [
-    ["measure", "--cases", "four,128"],
-    ["measure", "--cases", "1;2"],
-    ["measure", "--iters", "0"],
-    ["measure", "--impl", "no_colon"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["measure", "--cases", "four,128"],
+        ["measure", "--cases", "1;2"],
+        ["measure", "--iters", "0"],
+        ["measure", "--impl", "no_colon"],
+    ],
+)
 def test_bad_usage_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -206,9 +247,22 @@ def test_all_cases_refused_without_gpu(capsys):
 
 
 def test_protocol_settings_reach_the_document(tmp_path):
-    rc, doc, err = _measure(tmp_path, "--mode", "cpu-interpreter", "--cases", "1,2", "--impl", f"{FAKES}:good",
-                            "--rounds", "1",
-                            "--warmup", "0", "--iters", "3", "--no-baselines")
+    rc, doc, err = _measure(
+        tmp_path,
+        "--mode",
+        "cpu-interpreter",
+        "--cases",
+        "1,2",
+        "--impl",
+        f"{FAKES}:good",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+        "--iters",
+        "3",
+        "--no-baselines",
+    )
     assert rc == 0, err
     validate(doc)
     (expected,) = make_protocols("cpu-interpreter", rounds=1, warmup=0, iters=3)
@@ -247,8 +301,9 @@ def test_real_kernel_on_the_gpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_illegal_address_is_isolated_on_the_gpu(tmp_path):
-    rc, doc, err = _measure(tmp_path, "--cases", "1,3 2,3", "--impl", f"{FAKES}:gpu_mixed", "--rounds", "1",
-                            "--warmup", "1", "--iters", "3")
+    rc, doc, err = _measure(
+        tmp_path, "--cases", "1,3 2,3", "--impl", f"{FAKES}:gpu_mixed", "--rounds", "1", "--warmup", "1", "--iters", "3"
+    )
     assert rc == 1, err
     validate(doc)
     assert [c["status"] for c in doc["cases"]] == ["error", "pass"]

@@ -1,4 +1,7 @@
-"""Several processes on one DuckDB file: a reader querying while a writer writes, runners racing for jobs."""
+"""Several processes on one DuckDB file: a reader querying while a writer writes, runners racing for jobs.
+
+Claimers stay alive until every one is done: a claimed job whose owner process is gone is recovered by the
+next claim (its lease), which is what a dead runner's job should get, not what this race is about."""
 
 from __future__ import annotations
 
@@ -73,7 +76,8 @@ CLAIMER = textwrap.dedent("""
         if job is None:
             break
         got.append(job.id)
-    print(json.dumps(got))
+    print(json.dumps(got), flush=True)
+    sys.stdin.readline()  # hold the leases until the test has counted
 """)
 
 
@@ -81,14 +85,23 @@ def test_runners_racing_for_jobs_never_share_one(tmp_path: Path):
     db = Database(tmp_path / "h.duckdb", lock_timeout=20)
     ids = [jobs.enqueue(db, "repo", f"commit{i}")[0] for i in range(10)]
     procs = [
-        subprocess.Popen([sys.executable, "-c", CLAIMER, str(db.path), f"w{k}"], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, str(db.path), f"w{k}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for k in range(3)
     ]
     claimed = []
-    for p in procs:
-        out, _ = p.communicate(timeout=60)
-        assert p.returncode == 0
-        claimed += json.loads(out)
-    assert sorted(claimed) == sorted(ids)  # every job once, none twice
-    running = jobs.list_jobs(db, status="running")
-    assert len(running) == 10 and all(j.attempts == 1 for j in running)
+    try:
+        for p in procs:
+            claimed += json.loads(p.stdout.readline())
+        assert sorted(claimed) == sorted(ids)  # every job once, none twice
+        running = jobs.list_jobs(db, status="running")
+        assert len(running) == 10 and all(j.attempts == 1 for j in running)
+        assert {j.lease_owner.split(":")[1] for j in running} <= {str(p.pid) for p in procs}  # leased to claimers
+    finally:
+        for p in procs:
+            p.communicate("\n", timeout=60)
+    assert all(p.returncode == 0 for p in procs)

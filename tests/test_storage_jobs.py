@@ -28,8 +28,13 @@ def test_enqueue_is_idempotent_per_repo_and_commit(db):
     assert created and c not in (a, b)
     job = jobs.get_job(db, a)
     assert (job.repo, job.commit, job.branch, job.trigger, job.status, job.attempts) == (
-        "repo", "c1", "main", "push", "queued", 0,
-    )  # fmt: skip
+        "repo",
+        "c1",
+        "main",
+        "push",
+        "queued",
+        0,
+    )
 
 
 def test_done_is_not_requeued_but_failed_is(db):
@@ -122,3 +127,95 @@ def test_finish_checks_its_arguments(db):
     with pytest.raises(ValueError):
         jobs.list_jobs(db, status="bogus")
     assert jobs.JOB_STATUSES == ("queued", "running", "done", "failed")
+
+
+# ------------------------------------------------------------------------------------------------ leases
+def test_owner_is_host_pid_and_start_time(monkeypatch):
+    import os
+
+    monkeypatch.setenv(jobs.HOSTNAME_ENV, "gpu-box-1")
+    owner = jobs.owner_id()
+    host, pid, start = jobs.parse_owner(owner)
+    assert (host, pid) == ("gpu-box-1", os.getpid()) and start == jobs.process_start(os.getpid()) and start.isdigit()
+    assert jobs.parse_owner("garbage") is None and jobs.parse_owner(None) is None
+
+
+def _claim_as(db, owner: str, gpu: str = "gpu0"):
+    return jobs.claim_next(db, "w", gpu, owner=owner)
+
+
+def test_only_jobs_whose_owner_is_gone_are_recovered(db, monkeypatch):
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    monkeypatch.setenv(jobs.HOSTNAME_ENV, "here")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        ids = [jobs.enqueue(db, "repo", f"c{i}")[0] for i in range(5)]
+        for k in range(5):
+            _claim_as(db, "elsewhere:1:1", f"gpu{k}")
+        owners = [
+            jobs.owner_id(alive.pid),  # a live runner of this host
+            f"here:{dead.pid}:12345",  # its process is gone
+            f"here:{alive.pid}:999999999",  # the pid was reused by another process
+            "elsewhere:1:1",  # another host, heartbeating
+            "gone-host:1:1",  # another host, silent for longer than the lease
+        ]
+        with db.transaction() as conn:
+            for job_id, owner in zip(ids, owners, strict=True):
+                conn.execute("UPDATE jobs SET lease_owner = ? WHERE id = ?", [owner, job_id])
+            conn.execute("UPDATE jobs SET heartbeat_at = heartbeat_at - INTERVAL 10 MINUTE WHERE id = ?", [ids[4]])
+        assert jobs.recover_stale(db) == [ids[1], ids[2], ids[4]]
+        assert [jobs.get_job(db, i).status for i in ids] == ["running", "queued", "queued", "running", "queued"]
+        # a live owner whose heartbeat stopped (lease expired) is gone too, on any host
+        with db.transaction() as conn:
+            conn.execute(
+                "UPDATE jobs SET heartbeat_at = heartbeat_at - ? WHERE id IN (?, ?)",
+                [timedelta(seconds=jobs.lease_timeout_s() + 5), ids[0], ids[3]],
+            )
+        assert jobs.recover_stale(db) == [ids[0], ids[3]]
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_a_busy_slot_waits_for_its_live_owner_and_claims_recover_the_dead(db, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(jobs.HOSTNAME_ENV, "here")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        a, _ = jobs.enqueue(db, "repo", "c1")
+        b, _ = jobs.enqueue(db, "repo", "c2")
+        _claim_as(db, jobs.owner_id(alive.pid))
+        assert jobs.slot_owner(db, "gpu0").id == a
+        assert jobs.claim_next(db, "w2", "gpu0") is None  # busy: a live runner measures there
+        assert jobs.recover_stale(db, gpu="gpu0") == []
+    finally:
+        alive.kill()
+        alive.wait()
+    job = jobs.claim_next(db, "w2", "gpu0")  # its owner died: the claim recovers its job and takes the oldest
+    assert job.id == a and job.attempts == 2
+    assert jobs.get_job(db, b).status == "queued"
+
+
+def test_hold_renews_the_heartbeat_and_notices_a_lost_lease(db, monkeypatch):
+    import time
+
+    monkeypatch.setenv(jobs.HEARTBEAT_ENV, "0.2")
+    jobs.enqueue(db, "repo", "c1")
+    job = jobs.claim_next(db, "w", "gpu0")
+    with jobs.hold(db, job) as lease:
+        assert jobs.recover_stale(db) == []  # held by this process: not recoverable
+        first = jobs.get_job(db, job.id).heartbeat_at
+        time.sleep(0.7)
+        assert jobs.get_job(db, job.id).heartbeat_at > first
+        with db.transaction() as conn:  # another runner took it over
+            conn.execute("UPDATE jobs SET lease_owner = 'other:1:1' WHERE id = ?", [job.id])
+        time.sleep(0.6)
+        assert lease.lost.is_set()
+    assert jobs.recover_stale(db) == []  # its owner is another (live, heartbeating) host now

@@ -33,10 +33,19 @@ def test_same_settings_same_hash():
     assert a.definition()["version"] == PROTOCOL_VERSION
 
 
-@pytest.mark.parametrize("change", [
-    {"iters": 51}, {"warmup": 9}, {"rounds": 9}, {"timer": "cupti"}, {"l2_flush": False},
-    {"host_ahead": False}, {"rotate_inputs": False}, {"flush_l2_multiple": 3},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"iters": 51},
+        {"warmup": 9},
+        {"rounds": 9},
+        {"timer": "cupti"},
+        {"l2_flush": False},
+        {"host_ahead": False},
+        {"rotate_inputs": False},
+        {"flush_l2_multiple": 3},
+    ],
+)
 def test_any_setting_changes_the_hash(change):
     base = {"timer": "cuda_events", "rounds": 10, "warmup": 10, "iters": 50, "l2_flush": True}
     assert Protocol(**{**base, **change}).hash != Protocol(**base).hash
@@ -80,8 +89,13 @@ def test_the_harness_version_is_part_of_the_protocol(monkeypatch):
 
 def test_cpu_protocol_is_reduced_and_distinct():
     (p,) = make_protocols("cpu-interpreter")
-    assert (p.timer, p.rounds, p.warmup, p.iters, p.l2_flush) == ("wall_clock", CPU_ROUNDS, CPU_WARMUP,
-                                                                   CPU_ITERS, False)
+    assert (p.timer, p.rounds, p.warmup, p.iters, p.l2_flush) == (
+        "wall_clock",
+        CPU_ROUNDS,
+        CPU_WARMUP,
+        CPU_ITERS,
+        False,
+    )
     assert p.hash not in {q.hash for q in make_protocols("gpu")}
     (q,) = make_protocols("cpu-interpreter", rounds=1, warmup=0, iters=2)
     assert (q.rounds, q.warmup, q.iters) == (1, 0, 2)
@@ -120,6 +134,21 @@ def test_attribution_splits_at_the_flush_kernels():
 def test_attribution_ignores_work_before_the_first_flush():
     acts = [("prep_copy", 0, 10), *[(n, s + 100, e + 100) for n, s, e in _trace([[("k", 1000)]])]]
     assert len(attribute_groups(acts, {FLUSH}, {SLEEP}, expected=1)) == 1
+
+
+def test_a_sleep_the_call_launches_itself_stays_in_its_iteration():
+    """A kernel that launches a sleep-named kernel mid-call cannot hide the work after it (it was cut off at
+    that sleep before); the harness's own host-ahead sleep before the next flush is still left out."""
+    acts = _trace([[("part1", 1000), (SLEEP, 500), ("part2", 4000)], [("part1", 1000), (SLEEP, 500), ("part2", 4000)]])
+    groups = attribute_groups(acts, {FLUSH}, {SLEEP}, expected=2)
+    assert [[a[0] for a in g] for g in groups] == [["part1", SLEEP, "part2"]] * 2
+    assert span_us(groups[0]) > 5.0
+
+
+def test_an_extra_flush_named_kernel_breaks_the_count():
+    acts = _trace([[("k", 1000), (FLUSH, 10), ("hidden", 5000)], [("k", 1000)]])
+    with pytest.raises(AttributionError, match="expected 2"):
+        attribute_groups(acts, {FLUSH}, {SLEEP}, expected=2)
 
 
 def test_attribution_errors():

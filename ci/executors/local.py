@@ -72,10 +72,9 @@ def export_tree(source: Path, commit: str, dest: Path) -> None:
 def harness_command(args: list[str]) -> list[str]:
     """This installation's ``solci`` (the trusted harness) run isolated: ``python -I`` (no PYTHON* variables,
     no user site, not the working directory on ``sys.path``) with only the harness's folder on ``sys.path``."""
-    from ci.sandbox import harness_root
+    from ci.sandbox import boot_code
 
-    boot = f"import sys; sys.path.insert(0, {str(harness_root())!r}); from ci.cli import main; sys.exit(main())"
-    return [sys.executable, "-I", "-c", boot, *args]
+    return [sys.executable, "-I", "-c", boot_code("ci.cli"), *args]
 
 
 class LocalExecutor:
@@ -104,6 +103,21 @@ class LocalExecutor:
     def describe(self) -> str:
         return f"local ({'sandbox ' + self.sandbox if self.sandbox != 'none' else 'TRUSTED: no sandbox'})"
 
+    KEEP_CACHES = 32
+
+    def triton_cache(self, commit: str) -> Path:
+        """Triton's cache for one commit's runs (its confirmation re-runs compile nothing); the oldest of more
+        than KEEP_CACHES are removed."""
+        root = self.work_root / "triton-cache"
+        path = root / commit[:20]
+        if root.is_dir():
+            others = sorted((p for p in root.iterdir() if p != path), key=lambda p: p.stat().st_mtime)
+            for old in others[: max(0, len(others) - self.KEEP_CACHES + 1)]:
+                shutil.rmtree(old, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        os.utime(path)
+        return path
+
     # ------------------------------------------------------------------------------------------ running
     def _env(self, options: MeasureOptions) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SOLCI_DB", "GIT_"))}
@@ -131,7 +145,16 @@ class LocalExecutor:
                 lines.append(f"[solci] could not export the commit: {exc}")
                 return Execution("build_failed", None, "\n".join(lines), time.monotonic() - start, executor=self.name)
             args = measure_command(str(out), commit, branch, repo, options)
-            args += ["--candidate", str(tree), "--sandbox", self.sandbox, "--scratch", str(workdir / "scratch")]
+            args += [
+                "--candidate",
+                str(tree),
+                "--sandbox",
+                self.sandbox,
+                "--scratch",
+                str(workdir / "scratch"),
+                "--triton-cache",
+                str(self.triton_cache(commit)),
+            ]
             cmd = harness_command(args)
             lines.append(
                 f"[solci] $ solci {' '.join(args)}  (this installation's harness; timeout {options.timeout:.0f} s)"

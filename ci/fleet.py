@@ -1,0 +1,115 @@
+"""What a runner needs to coexist with others, on one machine or many: its GPU model, leases, the spool.
+
+The runner (``ci.runner.Runner``) calls these; each works on both backends (file and lake).
+
+- ``detect_gpu_model(slot)``: the model a runner measures on ("H200", "B200", ...; "cpu-interpreter" without a
+  GPU); on a lake, a job is (commit, GPU model) and a runner only takes its own model's jobs.
+- ``hold(db, job)``: the job's lease while it is processed: a thread renews the heartbeat
+  (``storage.jobs.hold``); a runner killed mid-job stops renewing it, and another runner recovers the job once
+  the lease has run out (or at once, on the same host, when the owner's process is gone).
+- ``ingest_spooled(db, doc, ...)``: spool the result (durably, on local disk), ingest it, link it to its job,
+  remove the spool file. If the ingest fails (lock, disk full, catalog unreachable) it raises and the file stays.
+- ``flush_spool(db)``: ingest what earlier attempts left in the spool (never raises); the runner calls it when
+  it starts and before each job.
+- ``Compaction``: ``solci compact`` every N jobs from a worker (``--compact-every``), on a lake only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage.jobs import CPU_MODEL, hold  # noqa: F401  (re-exported for the runner)
+
+
+def detect_gpu_model(slot: str = "gpu0") -> str:
+    """The model of the GPU of ``slot`` (gpuN: device N) through NVML, named as ``kernel.workload`` names
+    models; its NVML name when the workload does not know it; ``cpu-interpreter`` without a GPU."""
+    env = os.environ.get("SOLCI_GPU_MODEL")
+    if env:
+        return env
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return CPU_MODEL
+    try:
+        index = int(slot[3:]) if slot.startswith("gpu") and slot[3:].isdigit() else 0
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            return CPU_MODEL
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(min(index, count - 1)))
+        name = name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        return CPU_MODEL
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    from kernel.workload import gpu_model
+
+    return gpu_model(name) or name
+
+
+def ingest_spooled(
+    db: Any,
+    doc: dict,
+    *,
+    job_id: int | None = None,
+    purpose: str = "measure",
+    parent: str | None = None,
+    **ingest: Any,
+) -> bool:
+    """Spool ``doc``, ingest it, link it to ``job_id``, unspool it; returns ingest's result (False: the run was
+    stored before). Raises what the ingest raised; the spool file then stays for ``flush_spool``."""
+    from storage import jobs, spool
+    from storage.ingest import ingest_result
+
+    path = spool.save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    stored = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    if job_id is not None and purpose == "measure" and getattr(db, "backend", "file") == "lake":
+        jobs.link_run(db, job_id, doc["run_id"])  # the lake's queue is in PostgreSQL, not in the ingest's tables
+    spool.remove(path)
+    return stored
+
+
+def flush_spool(db: Any, echo: Callable[[str], None] | None = None) -> Any:
+    """Ingest the results earlier attempts left in this host's spool (a FlushReport); never raises."""
+    from storage import spool
+
+    try:
+        return spool.flush(db, echo=echo)
+    except Exception as exc:  # the runner goes on; the files stay
+        if echo:
+            echo(f"spool: flush failed: {exc.__class__.__name__}: {exc}")
+        return spool.FlushReport(error=str(exc))
+
+
+@dataclass
+class Compaction:
+    """Compact a lake every ``every`` finished jobs (0: never); what ``solci worker --compact-every N`` does."""
+
+    every: int = 0
+    done: int = 0
+
+    def after_job(self, db: Any, echo: Callable[[str], None] | None = None) -> dict | None:
+        if self.every <= 0 or getattr(db, "backend", "file") != "lake":
+            return None
+        self.done += 1
+        if self.done % self.every:
+            return None
+        from storage.lake import compact
+
+        try:
+            result = compact(db)
+        except Exception as exc:  # compaction is housekeeping: a failure never stops the worker
+            if echo:
+                echo(f"compaction failed: {exc.__class__.__name__}: {exc}")
+            return None
+        if echo:
+            echo(f"compacted the lake: {result}")
+        return result

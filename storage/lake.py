@@ -1,0 +1,613 @@
+"""The lake backend: one history for runners on several machines, a DuckLake on PostgreSQL.
+
+``--db`` / ``$SOLCI_DB`` = ``ducklake:postgres:<libpq connection string>`` (e.g. ``ducklake:postgres:dbname=lake
+host=db.internal user=solci``; a password belongs in ``~/.pgpass`` or ``$PGPASSWORD``, never in the spec, which
+is printed); ``--data-path`` / ``$SOLCI_DATA_PATH`` = the folder of the lake's Parquet files (needed to create a
+lake; every machine must see it at the same path; an existing lake remembers it).
+
+DuckLake keeps the tables as Parquet files in the data folder and their catalog (snapshots, files, inlined small
+inserts) in PostgreSQL, so any number of DuckDB clients on any number of machines read and write one history.
+``LakeDatabase`` gives the same interface as the file backend (``write()``, ``read()``, ``transaction()``
+yielding a DuckDB connection on which the same SQL runs: the lake is attached as ``lake`` and ``USE lake`` makes
+unqualified table names resolve there):
+
+- **extensions**: DuckDB cannot download extensions on these machines; the ``duckdb-extension-ducklake`` and
+  ``duckdb-extension-postgres-scanner`` packages (pinned with duckdb 1.5.5) ship them and are LOADed from disk.
+- **one DuckDB instance per process and mode** (read-write, read-only) with the lake attached; each call gets
+  its own cursor, closed afterwards. No file lock exists, so nothing needs closing between calls.
+- **write transactions are serialized fleet-wide** by a PostgreSQL advisory lock (``pg_advisory_lock``, waiting
+  at most ``lock_timeout``, then ``DatabaseLockedError``). DuckLake merges concurrent *appends*, but
+  judging deletes and rewrites rows of ``verdicts``, ``steps``, ``noise`` and ``records``, and DuckLake refuses
+  to commit a transaction that inserts into a table another one deleted from meanwhile. A transaction takes
+  0.05-0.3 s, so a fleet sustains a few transactions per second: far more than runners measuring for a minute
+  each produce. Readers never wait.
+- **migrations** run inside that lock, so exactly one process applies them and the others wait, then see
+  the current version.
+- **readers are locked down** like the file's: the lake is attached READ_ONLY, external access is off except
+  the data folder (``allowed_directories``), extensions cannot be loaded, configuration is locked. The
+  catalog's PostgreSQL role is what DuckLake reads the catalog with: give the dashboard and ``solci sql`` a
+  role with SELECT only (README, "Several hosts").
+- **an unreachable catalog** raises ``CatalogUnreachableError`` with the (password-free) spec and what to do;
+  the cached instance is dropped so the next call reconnects.
+
+The job queue of a lake lives in PostgreSQL tables next to the catalog (``storage.lake_queue``); readers see it
+as the tables ``jobs`` and ``watch_state`` (temporary views over the PostgreSQL tables, attached read-only).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from storage.db import (
+    DATA_PATH_ENV,
+    DB_ENV,
+    READ_ONLY_CONFIG,
+    CatalogUnreachableError,
+    Database,
+    DatabaseLockedError,
+    DiskFullError,
+    HistoryMissingError,
+    StorageError,
+    _open_writers,
+    _process_lock,
+    _transaction_depth,
+    is_disk_full,
+)
+
+PG_PREFIX = "ducklake:postgres:"
+ALIAS = "lake"
+METADATA_ALIAS = f"__ducklake_metadata_{ALIAS}"
+CONNECT_TIMEOUT_ENV = "SOLCI_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT_S = 5
+# pg_advisory_lock(namespace, key): one namespace for solci, one key per purpose
+LOCK_NAMESPACE = 0x501C1
+WRITE_LOCK = 1
+QUEUE_DDL_LOCK = 2
+EXTENSIONS = (  # (python package, extension name); postgres_scanner first: ducklake's catalog needs it
+    ("duckdb_extension_postgres_scanner", "postgres_scanner", "duckdb-extension-postgres-scanner"),
+    ("duckdb_extension_ducklake", "ducklake", "duckdb-extension-ducklake"),
+)
+_UNREACHABLE_PATTERNS = (
+    "unable to connect to postgres",
+    "failed to query most recent snapshot",
+    "connection refused",
+    "could not connect to server",
+    "connection to server",
+    "server closed the connection",
+    "terminating connection",
+    "no connection to the server",
+    "connection is closed",
+    "the connection is lost",
+    "ssl syscall",
+    "timeout expired",
+    "could not translate host name",
+    "could not receive data from server",
+    "could not send data to server",
+    "failed to attach ducklake metadata",
+)
+
+
+def redact(text: str) -> str:
+    """The text with libpq passwords masked."""
+    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", str(text), flags=re.IGNORECASE)
+    return re.sub(r"(postgres(?:ql)?://[^:/@\s]+:)[^@\s]+@", r"\1***@", text)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A DuckDB or psycopg error that says the catalog's server cannot be reached."""
+    try:
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError):
+            return True
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        pass
+    text = str(exc).lower()
+    return any(p in text for p in _UNREACHABLE_PATTERNS)
+
+
+def extension_files() -> list[Path]:
+    """The DuckLake and postgres extension files of the installed packages, for this DuckDB version."""
+    out = []
+    for module, name, dist in EXTENSIONS:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            raise StorageError(
+                f"the lake backend needs the Python package {dist}=={duckdb.__version__} (pip install -e . installs "
+                "it; DuckDB cannot download extensions here)"
+            ) from None
+        path = Path(mod.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+        if not path.exists():
+            raise StorageError(
+                f"{path}: missing; {dist} must match duckdb {duckdb.__version__} "
+                f"(pip install {dist}=={duckdb.__version__})"
+            )
+        out.append(path)
+    return out
+
+
+def _literal(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _with_timeout(conninfo: str) -> str:
+    if re.search(r"\bconnect_timeout\s*=", conninfo) or "://" in conninfo:
+        return conninfo
+    try:
+        seconds = int(float(os.environ.get(CONNECT_TIMEOUT_ENV) or DEFAULT_CONNECT_TIMEOUT_S))
+    except ValueError:
+        seconds = DEFAULT_CONNECT_TIMEOUT_S
+    return f"{conninfo} connect_timeout={max(1, seconds)}"
+
+
+class LakeLocation(str):
+    """``db.path`` of a lake: the spec itself (so ``Database(db.path)`` opens it again), with the few Path
+    methods callers use on a history location."""
+
+    def resolve(self) -> LakeLocation:
+        return self
+
+    def expanduser(self) -> LakeLocation:
+        return self
+
+    def exists(self) -> bool:
+        return True
+
+    def is_dir(self) -> bool:
+        return False
+
+    def __fspath__(self) -> str:  # printing, subprocess arguments
+        return str.__str__(self)
+
+
+QUEUE_ALIAS = "solci_queue"
+# A reader's `jobs` and `watch_state` are the live queue in PostgreSQL (storage.lake_queue), with the columns and
+# types of the file's tables, so the same SQL (solci sql, the dashboard's job list) reads them on both backends.
+# Temporary views: they shadow the lake's own (empty) tables of those names for that connection only.
+QUEUE_VIEWS = (
+    f"""CREATE OR REPLACE TEMP VIEW jobs AS SELECT CAST(id AS BIGINT) AS id, repo, "commit", branch, "trigger",
+        status, CAST(attempts AS INTEGER) AS attempts, enqueued_at, started_at, finished_at, outcome, run_id, worker,
+        gpu, log, lease_owner, heartbeat_at, gpu_model FROM {QUEUE_ALIAS}.solci.jobs""",
+    f"""CREATE OR REPLACE TEMP VIEW watch_state AS SELECT repo, branch, last_commit, updated_at
+        FROM {QUEUE_ALIAS}.solci.watch_state""",
+)
+
+
+def _attached(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+
+
+# One DuckDB instance per (spec, data path, mode) for this process; one psycopg session per thread and spec.
+_INSTANCES: dict[tuple, duckdb.DuckDBPyConnection] = {}
+_INSTANCES_GUARD = threading.Lock()
+_THREAD = threading.local()
+_QUEUE_READY: set[str] = set()
+_PING_AFTER_S = 1.0  # a PostgreSQL session idle longer than this is checked before use
+_SCHEMA_READY: set[str] = set()
+
+
+class LakeDatabase(Database):
+    """A DuckLake on PostgreSQL, behind the interface of ``storage.db.Database``."""
+
+    backend = "lake"
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        lock_timeout: float = 30.0,
+        create: bool = True,
+        data_path: str | Path | None = None,
+    ) -> None:
+        spec = str(path) if path is not None else os.environ.get(DB_ENV, "")
+        if not spec.startswith(PG_PREFIX):
+            raise StorageError(
+                f"{redact(spec)}: a lake spec is ducklake:postgres:<libpq connection string>, e.g. "
+                "ducklake:postgres:dbname=lake host=127.0.0.1 user=solci (only a PostgreSQL catalog is supported)"
+            )
+        self.path = LakeLocation(spec)
+        self.conninfo = _with_timeout(spec[len(PG_PREFIX) :].strip())
+        dp = data_path if data_path is not None else os.environ.get(DATA_PATH_ENV) or None
+        self.data_path = _normalise_data_path(dp) if dp else None
+        self.lock_timeout = float(lock_timeout)
+        self.create = create
+        self._checked = False
+
+    def __repr__(self) -> str:
+        return f"LakeDatabase({self.describe()!r})"
+
+    @property
+    def _key(self) -> str:
+        return str.__str__(self.path)
+
+    @property
+    def url(self) -> str:
+        return str.__str__(self.path)
+
+    def describe(self) -> str:
+        where = f" (data {self.data_path})" if self.data_path else ""
+        return redact(str.__str__(self.path)) + where
+
+    # ------------------------------------------------------------------------------------------ errors
+    def unreachable(self, exc: BaseException) -> CatalogUnreachableError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        return CatalogUnreachableError(
+            f"{redact(str.__str__(self.path))}: the lake's catalog (PostgreSQL) is unreachable: {redact(first)[:300]}. "
+            "Nothing was read or written. Check that the server runs and this machine can reach it; a runner "
+            "keeps its finished results in its spool and uploads them when the catalog is back."
+        )
+
+    def _translate(self, exc: BaseException, read_only: bool | None = None) -> BaseException:
+        if isinstance(exc, StorageError):
+            return exc
+        if is_unreachable(exc):
+            self._drop_instances()
+            return self.unreachable(exc)
+        if is_disk_full(exc):
+            import errno
+
+            return DiskFullError(errno.ENOSPC, f"{self.describe()}: the disk is full ({exc}); nothing was stored")
+        return exc
+
+    def _drop_instances(self) -> None:
+        with _INSTANCES_GUARD:
+            for key in [k for k in _INSTANCES if k[0] == self._key]:
+                _INSTANCES.pop(key, None)
+        _SCHEMA_READY.discard(self._key)
+        pgs = getattr(_THREAD, "pg", {})
+        conn = pgs.pop(self._key, None)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------------------------------ postgres
+    def _pg_session(self) -> Any:
+        """This thread's psycopg session to the catalog's database (autocommit), opened when needed."""
+        import psycopg
+
+        pgs = getattr(_THREAD, "pg", None)
+        if pgs is None:
+            pgs = _THREAD.pg = {}
+        conn = pgs.get(self._key)
+        if conn is not None and not conn.closed and not conn.broken:
+            if time.monotonic() - getattr(conn, "_solci_used", 0.0) < _PING_AFTER_S:
+                conn._solci_used = time.monotonic()
+                return conn
+            try:  # idle for a while: the server may have restarted since (then reconnect once)
+                conn.execute("SELECT 1")
+                conn._solci_used = time.monotonic()
+                return conn
+            except psycopg.Error:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+        try:
+            conn = psycopg.connect(self.conninfo, autocommit=True, application_name="solci")
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from exc
+        conn._solci_used = time.monotonic()
+        pgs[self._key] = conn
+        return conn
+
+    @contextmanager
+    def pg(self) -> Iterator[Any]:
+        """A psycopg connection inside a PostgreSQL transaction (the queue's tables exist); commits on exit."""
+        import psycopg
+
+        from storage import lake_queue
+
+        conn = self._pg_session()
+        try:
+            if self._key not in _QUEUE_READY:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, QUEUE_DDL_LOCK))
+                    conn.execute(lake_queue.QUEUE_DDL)
+                _QUEUE_READY.add(self._key)
+            with conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            self._drop_instances()
+            raise self.unreachable(exc) from exc
+
+    def catalog_exists(self) -> bool:
+        """Whether the PostgreSQL database holds a DuckLake catalog yet."""
+        import psycopg
+
+        try:
+            row = self._pg_session().execute("SELECT to_regclass('ducklake_metadata') IS NOT NULL").fetchone()
+        except psycopg.OperationalError as exc:
+            self._drop_instances()
+            raise self.unreachable(exc) from exc
+        return bool(row and row[0])
+
+    @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """The fleet-wide write lock (a PostgreSQL advisory lock of this thread's session); reentrant."""
+        import psycopg
+
+        depth = getattr(_THREAD, "lock_depth", None)
+        if depth is None:
+            depth = _THREAD.lock_depth = {}
+        if depth.get(self._key):
+            depth[self._key] += 1
+            try:
+                yield
+            finally:
+                depth[self._key] -= 1
+            return
+        conn = self._pg_session()
+        try:  # PostgreSQL queues the waiters and wakes the next one the moment the lock is free
+            conn.execute(f"SET lock_timeout = {max(1, int(self.lock_timeout * 1000))}")
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, WRITE_LOCK))
+        except psycopg.errors.LockNotAvailable:
+            raise DatabaseLockedError(
+                f"{self.describe()}: another writer held the lake's write lock for {self.lock_timeout:.1f} s "
+                "(a runner's transaction takes well under a second: look for a stuck process in pg_locks / "
+                "pg_stat_activity), or raise $SOLCI_LOCK_TIMEOUT."
+            ) from None
+        except psycopg.OperationalError as exc:
+            self._drop_instances()
+            raise self.unreachable(exc) from exc
+        depth[self._key] = 1
+        try:
+            yield
+        finally:
+            depth[self._key] = 0
+            try:
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, WRITE_LOCK))
+            except psycopg.Error:  # the session is gone: so is its lock
+                self._drop_instances()
+
+    # ------------------------------------------------------------------------------------------ duckdb
+    def _instance(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        key = (self._key, self.data_path, read_only)
+        with _INSTANCES_GUARD:
+            inst = _INSTANCES.get(key)
+        if inst is not None and read_only and QUEUE_ALIAS not in _attached(inst) and self._queue_exists():
+            inst = None  # made before the queue existed: attach again, with it
+        if inst is not None:
+            return inst
+        try:
+            inst = self._attach(read_only=read_only)
+        except duckdb.Error as exc:
+            raise self._translate(exc) from exc
+        with _INSTANCES_GUARD:
+            _INSTANCES[key] = inst
+            return inst
+
+    def _attach(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        config = {
+            "allow_unsigned_extensions": "true",  # the packaged extension files are not signed for LOAD by path
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+            "allow_community_extensions": "false",
+        }
+        conn = duckdb.connect(":memory:", config=config)
+        for path in extension_files():
+            conn.execute(f"LOAD {_literal(str(path))}")
+        options = []
+        if self.data_path:
+            options.append(f"DATA_PATH {_literal(self.data_path)}")
+        if read_only:
+            options.append("READ_ONLY")
+        spec = "ducklake:postgres:" + self.conninfo
+        conn.execute(f"ATTACH {_literal(spec)} AS {ALIAS}" + (f" ({', '.join(options)})" if options else ""))
+        conn.execute(f"USE {ALIAS}")
+        if read_only:
+            if self._queue_exists():  # readers see the live queue as `jobs` / `watch_state` (QUEUE_VIEWS)
+                conn.execute(f"ATTACH {_literal(self.conninfo)} AS {QUEUE_ALIAS} (TYPE postgres, READ_ONLY)")
+            data = self.data_path or self._stored_data_path(conn)
+            if data:
+                conn.execute(f"SET allowed_directories = [{_literal(data)}]")
+            for name, value in READ_ONLY_CONFIG.items():
+                conn.execute(f"SET {name} = {value}")
+        return conn
+
+    def _queue_exists(self) -> bool:
+        row = self._pg_session().execute("SELECT to_regclass('solci.jobs') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+    @staticmethod
+    def _stored_data_path(conn: duckdb.DuckDBPyConnection) -> str | None:
+        try:
+            row = conn.execute(
+                f"SELECT value FROM {METADATA_ALIAS}.ducklake_metadata WHERE key = 'data_path'"
+            ).fetchone()
+        except duckdb.Error:
+            return None
+        return _normalise_data_path(row[0]) if row and row[0] else None
+
+    def _cursor(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        try:
+            inst = self._instance(read_only=read_only)
+            cur = inst.cursor()
+            cur.execute(f"USE {ALIAS}")
+            if read_only and QUEUE_ALIAS in _attached(inst):
+                for view in QUEUE_VIEWS:
+                    cur.execute(view)
+        except duckdb.Error as exc:
+            raise self._translate(exc) from exc
+        return cur
+
+    def _ensure_schema(self, cur: duckdb.DuckDBPyConnection) -> None:
+        from storage import schema
+
+        if self._key in _SCHEMA_READY:
+            return
+        schema.migrate(cur, self.describe(), backend="lake")
+        _SCHEMA_READY.add(self._key)
+
+    # ------------------------------------------------------------------------------------------ interface
+    @contextmanager
+    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection (autocommit) under the fleet's write lock; migrates the lake first."""
+        writers = _open_writers()
+        existing = writers.get(self._key)
+        if existing is not None:
+            yield existing
+            return
+        if not self.catalog_exists() and not self.data_path:
+            raise StorageError(
+                f"{self.describe()}: no lake there yet, and creating one needs its data folder: pass --data-path DIR "
+                f"or set ${DATA_PATH_ENV} (a folder every machine sees at the same path)."
+            )
+        with _process_lock(self._key), self._write_lock():
+            cur = self._cursor(read_only=False)
+            writers[self._key] = cur
+            try:
+                self._ensure_schema(cur)
+                self._checked = True
+                yield cur
+            except (duckdb.Error, OSError) as exc:
+                translated = self._translate(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+            finally:
+                writers.pop(self._key, None)
+                cur.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        depth = _transaction_depth()
+        with self.write() as conn:
+            if depth.get(self._key):
+                yield conn
+                return
+            conn.begin()
+            depth[self._key] = 1
+            try:
+                yield conn
+            except BaseException:
+                try:
+                    conn.rollback()
+                except duckdb.Error:
+                    pass
+                raise
+            else:
+                conn.commit()
+            finally:
+                depth.pop(self._key, None)
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        existing = _open_writers().get(self._key)
+        if existing is not None:
+            yield existing
+            return
+        if not self._checked:
+            self._ensure_current()
+        cur = self._cursor(read_only=True)
+        try:
+            yield cur
+        except duckdb.Error as exc:
+            translated = self._translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+        finally:
+            cur.close()
+
+    def _ensure_current(self) -> None:
+        from storage import schema
+
+        if not self.catalog_exists():
+            if not self.create:
+                raise HistoryMissingError(
+                    f"{self.describe()}: no lake there yet. Nothing was created: measure a commit into it first "
+                    f"(`solci run --db ... --data-path DIR`), move a history file there (`solci migrate --to ...`), "
+                    f"or point --db / ${DB_ENV} at an existing history."
+                )
+            with self.write():
+                return
+        cur = self._cursor(read_only=True)
+        try:
+            version = schema.check_version(cur, self.describe())
+        except duckdb.Error as exc:
+            raise self._translate(exc) from exc
+        finally:
+            cur.close()
+        if version == schema.CURRENT_VERSION:
+            self._checked = True
+            return
+        if version == 0 and not self.create:
+            raise HistoryMissingError(f"{self.describe()}: the lake holds no solci history yet (nothing was created)")
+        with self.write():  # creates or migrates, under the write lock
+            pass
+
+    def schema_version(self) -> int:
+        from storage import schema
+
+        if not self.catalog_exists():
+            return 0
+        cur = self._cursor(read_only=True)
+        try:
+            return schema.stored_version(cur)
+        except duckdb.Error as exc:
+            raise self._translate(exc) from exc
+        finally:
+            cur.close()
+
+    def change_token(self) -> tuple:
+        """The lake's current snapshot id (changes with every commit of any writer)."""
+        cur = self._cursor(read_only=True)
+        try:
+            row = cur.execute(f"SELECT id FROM ducklake_current_snapshot('{ALIAS}')").fetchone()
+        except duckdb.Error as exc:
+            raise self._translate(exc) from exc
+        finally:
+            cur.close()
+        return (row[0] if row else None,)
+
+
+def _normalise_data_path(path: str | Path) -> str:
+    text = str(path)
+    if "://" in text:  # an object store URL: as given
+        return text if text.endswith("/") else text + "/"
+    full = str(Path(text).expanduser().resolve())
+    return full if full.endswith("/") else full + "/"
+
+
+def compact(db: Any, *, keep_days: float = 7.0, grace_hours: float = 1.0) -> dict:
+    """DuckLake's housekeeping, in order: inlined rows to Parquet (``ducklake_flush_inlined_data``), adjacent
+    small files merged (``ducklake_merge_adjacent_files``), snapshots older than ``keep_days`` expired (time
+    travel before that is given up), files no snapshot needs for ``grace_hours`` deleted (a reader still on
+    an older snapshot keeps its files meanwhile). Returns counts. On a history file: a CHECKPOINT."""
+    if getattr(db, "backend", "file") != "lake":
+        with db.write() as conn:
+            conn.execute("CHECKPOINT")
+        return {"checkpoint": 1}
+
+    def count(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
+        return int(conn.execute(f"SELECT count(*) FROM {sql}").fetchone()[0])
+
+    out: dict[str, int] = {}
+    with db.write() as conn:
+        out["inlined_tables_flushed"] = count(conn, f"ducklake_flush_inlined_data('{ALIAS}')")
+        merged = conn.execute(
+            f"SELECT coalesce(sum(files_processed), 0), coalesce(sum(files_created), 0) "
+            f"FROM ducklake_merge_adjacent_files('{ALIAS}')"
+        ).fetchone()
+        out["files_merged"], out["files_written"] = int(merged[0]), int(merged[1])
+        keep_s, grace_s = f"{float(keep_days) * 86400:.0f}", f"{float(grace_hours) * 3600:.0f}"
+        out["snapshots_expired"] = count(
+            conn, f"ducklake_expire_snapshots('{ALIAS}', older_than => now() - INTERVAL '{keep_s} seconds')"
+        )
+        out["files_deleted"] = count(
+            conn, f"ducklake_cleanup_old_files('{ALIAS}', older_than => now() - INTERVAL '{grace_s} seconds')"
+        )
+    return out

@@ -1,0 +1,355 @@
+"""The job queue of a lake: PostgreSQL tables next to the DuckLake catalog, through psycopg.
+
+Why PostgreSQL and psycopg: claiming a job must be one PostgreSQL transaction with row locks held across its
+statements (``SELECT ... FOR UPDATE SKIP LOCKED`` then ``UPDATE ... RETURNING``) and real errors and timeouts;
+DuckDB's ``postgres_execute`` returns no rows and the lake itself has no row locks (and commits far slower).
+psycopg 3 is the standard PostgreSQL client for Python (``psycopg[binary]``, pinned).
+
+Tables (schema ``solci``, created on first use under an advisory lock):
+
+- ``solci.jobs``: the columns of the file's ``jobs`` table (``id`` a BIGSERIAL). A job is (repo, commit,
+  gpu_model): every host of that model may take it, exactly one does.
+- ``solci.gpu_models``: (gpu_model, host, first_seen, last_seen): every claim registers its runner's model.
+- ``solci.watch_state``: what ``solci watch`` saw last, per (repo, branch).
+
+Per-model jobs: ``enqueue`` creates one job per GPU model a runner has registered (a model seen within
+``MODEL_TTL_DAYS``), so a push is measured once on each kind of GPU of the fleet. Before any runner registered,
+one job without a model is queued, and the first runner to claim it gives it its model. ``force`` (what
+``solci run`` does: measure this commit here, now) queues only this host's model. A model that joins later is
+measured from the commits queued after it joined (``solci enqueue --force`` on one of its hosts backfills).
+
+Times are PostgreSQL's (``timezone('UTC', now())``), so the hosts' clocks never matter for leases.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from storage.db import StorageError
+from storage.jobs import (
+    _ACTIVE,
+    JOB_FIELDS,
+    Job,
+    _stale_ids,
+    local_gpu_model,
+    owner_id,
+    this_host,
+)
+
+MODEL_TTL_DAYS = 30
+_COLS = ", ".join(f'"{f}"' for f in JOB_FIELDS)
+_NOW = "timezone('UTC', now())"
+
+QUEUE_DDL = """
+CREATE SCHEMA IF NOT EXISTS solci;
+CREATE TABLE IF NOT EXISTS solci.jobs (
+    id BIGSERIAL PRIMARY KEY, repo TEXT NOT NULL, "commit" TEXT NOT NULL, branch TEXT, "trigger" TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0, enqueued_at TIMESTAMP NOT NULL, started_at TIMESTAMP,
+    finished_at TIMESTAMP, outcome TEXT, run_id TEXT, worker TEXT, gpu TEXT, log TEXT,
+    lease_owner TEXT, heartbeat_at TIMESTAMP, gpu_model TEXT);
+CREATE INDEX IF NOT EXISTS jobs_queued ON solci.jobs (enqueued_at, id) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS jobs_running ON solci.jobs (gpu) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS jobs_commit ON solci.jobs (repo, "commit");
+CREATE TABLE IF NOT EXISTS solci.gpu_models (
+    gpu_model TEXT NOT NULL, host TEXT NOT NULL, first_seen TIMESTAMP NOT NULL, last_seen TIMESTAMP NOT NULL,
+    PRIMARY KEY (gpu_model, host));
+CREATE TABLE IF NOT EXISTS solci.watch_state (
+    repo TEXT NOT NULL, branch TEXT NOT NULL, last_commit TEXT NOT NULL, updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (repo, branch));
+"""
+
+
+def _job(row: tuple | None) -> Job | None:
+    return Job(*row) if row else None
+
+
+def _pg_now(pg: Any) -> datetime:
+    return pg.execute(f"SELECT {_NOW}").fetchone()[0]
+
+
+def _note(now: datetime, text: str) -> str:
+    return f"[{now.isoformat(timespec='seconds')}] {text}\n"
+
+
+def _host_model(pg: Any) -> str:
+    """This host's model: $SOLCI_GPU_MODEL, else what its runners registered last, else detected."""
+    import os
+
+    from storage.jobs import GPU_MODEL_ENV
+
+    if os.environ.get(GPU_MODEL_ENV):
+        return os.environ[GPU_MODEL_ENV]
+    row = pg.execute(
+        "SELECT gpu_model FROM solci.gpu_models WHERE host = %s ORDER BY last_seen DESC LIMIT 1", (this_host(),)
+    ).fetchone()
+    return row[0] if row else local_gpu_model()
+
+
+def registered_models(db: Any) -> list[tuple[str, str, datetime, datetime]]:
+    """(gpu_model, host, first_seen, last_seen) of every runner that ever claimed from this queue."""
+    with db.pg() as pg:
+        return pg.execute("SELECT * FROM solci.gpu_models ORDER BY gpu_model, host").fetchall()
+
+
+# ------------------------------------------------------------------------------------------------ enqueue
+def enqueue(
+    db: Any,
+    repo: str,
+    commit: str,
+    *,
+    branch: str | None,
+    trigger: str,
+    force: bool,
+    gpu_model: str | None,
+) -> tuple[int, bool]:
+    with db.pg() as pg:
+        pg.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"enqueue:{repo}:{commit}",))
+        now = _pg_now(pg)
+        local = gpu_model or _host_model(pg)
+        if gpu_model or force:
+            models: list[str | None] = [local]
+        else:
+            models = [
+                r[0]
+                for r in pg.execute(
+                    f"""SELECT DISTINCT gpu_model FROM solci.gpu_models
+                        WHERE last_seen > {_NOW} - interval '{MODEL_TTL_DAYS} days' ORDER BY 1"""
+                ).fetchall()
+            ] or [None]
+        out: dict[str | None, tuple[int, bool]] = {}
+        for model in models:
+            if not force:
+                row = pg.execute(
+                    f"""SELECT id FROM solci.jobs WHERE repo = %s AND "commit" = %s AND status IN {_ACTIVE}
+                        AND (gpu_model IS NULL OR gpu_model = %s::text OR %s::text IS NULL) ORDER BY id DESC LIMIT 1""",
+                    (repo, commit, model, model),
+                ).fetchone()
+                if row:
+                    out[model] = (int(row[0]), False)
+                    continue
+            row = pg.execute(
+                """INSERT INTO solci.jobs (repo, "commit", branch, "trigger", status, attempts, enqueued_at, gpu_model)
+                   VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s) RETURNING id""",
+                (repo, commit, branch, trigger, now, model),
+            ).fetchone()
+            out[model] = (int(row[0]), True)
+    return out.get(local) or next(iter(out.values()))
+
+
+# ------------------------------------------------------------------------------------------------ claim
+def _requeue(pg: Any, ids: list[int], now: datetime) -> None:
+    if ids:
+        pg.execute(
+            """UPDATE solci.jobs SET status = 'queued', started_at = NULL, worker = NULL, gpu = NULL,
+                   lease_owner = NULL, heartbeat_at = NULL, log = coalesce(log, '') || %s WHERE id = ANY(%s)""",
+            (_note(now, "recovered: its runner stopped mid-job (lease expired or process gone)"), ids),
+        )
+
+
+def _running_rows(pg: Any, gpu: str | None = None) -> list[tuple]:
+    where, params = ("", ()) if gpu is None else (" AND gpu = %s", (gpu,))
+    return pg.execute(
+        f"""SELECT id, lease_owner, heartbeat_at, started_at FROM solci.jobs WHERE status = 'running'{where}
+            FOR UPDATE SKIP LOCKED""",
+        params,
+    ).fetchall()
+
+
+def claim_next(
+    db: Any,
+    worker: str,
+    gpu: str,
+    *,
+    job_id: int | None,
+    gpu_model: str | None,
+    owner: str | None,
+) -> Job | None:
+    owner = owner or owner_id()
+    host = this_host()
+    with db.pg() as pg:
+        model = gpu_model or _host_model(pg)
+        # claims of one (host, slot) go one at a time, so two runners of one slot never both pass the busy check
+        pg.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"slot:{host}:{gpu}",))
+        now = _pg_now(pg)
+        pg.execute(
+            """INSERT INTO solci.gpu_models VALUES (%s, %s, %s, %s)
+               ON CONFLICT (gpu_model, host) DO UPDATE SET last_seen = EXCLUDED.last_seen""",
+            (model, host, now, now),
+        )
+        _requeue(pg, _stale_ids(db, _running_rows(pg), now, include_own=False), now)
+        busy = pg.execute(
+            "SELECT 1 FROM solci.jobs WHERE status = 'running' AND gpu = %s AND left(lease_owner, %s) = %s",
+            (gpu, len(host) + 1, host + ":"),
+        ).fetchone()
+        if busy:
+            return None
+        if job_id is None:
+            first = pg.execute(
+                """SELECT id FROM solci.jobs WHERE status = 'queued' AND (gpu_model = %s OR gpu_model IS NULL)
+                   ORDER BY enqueued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED""",
+                (model,),
+            ).fetchone()
+        else:
+            first = pg.execute(
+                """SELECT id FROM solci.jobs WHERE id = %s AND status = 'queued'
+                   AND (gpu_model = %s OR gpu_model IS NULL) FOR UPDATE SKIP LOCKED""",
+                (job_id, model),
+            ).fetchone()
+        if first is None:
+            return None
+        job = _job(
+            pg.execute(
+                f"""UPDATE solci.jobs SET status = 'running', attempts = attempts + 1, started_at = %s,
+                        finished_at = NULL, worker = %s, gpu = %s, lease_owner = %s, heartbeat_at = %s,
+                        gpu_model = coalesce(gpu_model, %s)
+                    WHERE id = %s AND status = 'queued' RETURNING {_COLS}""",
+                (now, worker, gpu, owner, now, model, first[0]),
+            ).fetchone()
+        )
+    if job is not None and job.run_id is None and job.attempts > 1:
+        job.run_id = _stored_run_of(db, job.id)  # an earlier attempt stored its run, then its runner died
+        if job.run_id:
+            link_run(db, job.id, job.run_id)
+    return job
+
+
+def _stored_run_of(db: Any, job_id: int) -> str | None:
+    with db.read() as conn:
+        row = conn.execute(
+            """SELECT run_id FROM runs WHERE job_id = ? AND coalesce(purpose, 'measure') = 'measure'
+               ORDER BY ingested_at LIMIT 1""",
+            [job_id],
+        ).fetchone()
+    return row[0] if row else None
+
+
+def heartbeat(db: Any, job_id: int, owner: str) -> bool:
+    with db.pg() as pg:
+        row = pg.execute(
+            f"""UPDATE solci.jobs SET heartbeat_at = {_NOW}
+                WHERE id = %s AND status = 'running' AND lease_owner = %s RETURNING id""",
+            (job_id, owner),
+        ).fetchone()
+    return row is not None
+
+
+def finish(db: Any, job_id: int, *, status: str, outcome: str, log: str, run_id: str | None) -> None:
+    with db.pg() as pg:
+        row = pg.execute(
+            f"""UPDATE solci.jobs SET status = %s, outcome = %s, log = %s, run_id = coalesce(%s, run_id),
+                    finished_at = {_NOW} WHERE id = %s RETURNING id""",
+            (status, outcome, log, run_id, job_id),
+        ).fetchone()
+    if row is None:
+        raise StorageError(f"{db.describe()}: no job with id {job_id}")
+
+
+def recover_stale(db: Any, *, gpu: str | None) -> list[int]:
+    with db.pg() as pg:
+        now = _pg_now(pg)
+        ids = _stale_ids(db, _running_rows(pg, gpu), now, include_own=True)
+        _requeue(pg, ids, now)
+    return sorted(ids)
+
+
+def slot_owner(db: Any, gpu: str) -> Job | None:
+    host = this_host()
+    with db.pg() as pg:
+        now = _pg_now(pg)
+        rows = pg.execute(
+            f"""SELECT {_COLS} FROM solci.jobs WHERE status = 'running' AND gpu = %s AND left(lease_owner, %s) = %s""",
+            (gpu, len(host) + 1, host + ":"),
+        ).fetchall()
+    for row in rows:
+        job = Job(*row)
+        if not _stale_ids(db, [(job.id, job.lease_owner, job.heartbeat_at, job.started_at)], now, include_own=True):
+            return job
+    return None
+
+
+def link_run(db: Any, job_id: int, run_id: str) -> None:
+    with db.pg() as pg:
+        pg.execute("UPDATE solci.jobs SET run_id = %s WHERE id = %s AND run_id IS NULL", (run_id, job_id))
+
+
+def requeue_for_judging(db: Any, job_id: int, run_id: str | None, note: str) -> bool:
+    with db.pg() as pg:
+        row = pg.execute(
+            "SELECT status, lease_owner, heartbeat_at, started_at FROM solci.jobs WHERE id = %s FOR UPDATE",
+            (job_id,),
+        ).fetchone()
+        if row is None or row[0] in ("done", "queued"):
+            return False
+        now = _pg_now(pg)
+        if row[0] == "running" and not _stale_ids(db, [(job_id, *row[1:])], now, include_own=True):
+            return False
+        pg.execute(
+            """UPDATE solci.jobs SET status = 'queued', run_id = coalesce(%s, run_id), started_at = NULL,
+                   worker = NULL, gpu = NULL, lease_owner = NULL, heartbeat_at = NULL,
+                   log = coalesce(log, '') || %s WHERE id = %s""",
+            (run_id, _note(now, note), job_id),
+        )
+    return True
+
+
+def get_job(db: Any, job_id: int) -> Job | None:
+    with db.pg() as pg:
+        return _job(pg.execute(f"SELECT {_COLS} FROM solci.jobs WHERE id = %s", (job_id,)).fetchone())
+
+
+def list_jobs(db: Any, *, status: str | None, limit: int) -> list[Job]:
+    where, params = ("WHERE status = %s", (status,)) if status else ("", ())
+    with db.pg() as pg:
+        rows = pg.execute(
+            f"SELECT {_COLS} FROM solci.jobs {where} ORDER BY id DESC LIMIT %s", (*params, int(limit))
+        ).fetchall()
+    return [Job(*r) for r in rows]
+
+
+def watch_last_seen(db: Any, repo: str, branch: str) -> str | None:
+    with db.pg() as pg:
+        row = pg.execute(
+            "SELECT last_commit FROM solci.watch_state WHERE repo = %s AND branch = %s", (repo, branch)
+        ).fetchone()
+    return row[0] if row else None
+
+
+def set_watch_last_seen(db: Any, repo: str, branch: str, commit: str) -> None:
+    with db.pg() as pg:
+        pg.execute(
+            f"""INSERT INTO solci.watch_state VALUES (%s, %s, %s, {_NOW})
+                ON CONFLICT (repo, branch) DO UPDATE SET last_commit = EXCLUDED.last_commit,
+                updated_at = EXCLUDED.updated_at""",
+            (repo, branch, commit),
+        )
+
+
+def import_jobs(db: Any, jobs: list[Job]) -> int:
+    """Copy jobs (ids kept) into an empty queue, then move the id sequence past them: what ``solci migrate``
+    does with a history file's queue."""
+    if not jobs:
+        return 0
+    with db.pg() as pg:
+        if pg.execute("SELECT count(*) FROM solci.jobs").fetchone()[0]:
+            raise StorageError(f"{db.describe()}: the lake's queue is not empty; jobs are only copied into a new lake")
+        with pg.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO solci.jobs ({_COLS}) VALUES ({', '.join(['%s'] * len(JOB_FIELDS))})",
+                [tuple(getattr(j, f) for f in JOB_FIELDS) for j in jobs],
+            )
+        pg.execute("SELECT setval(pg_get_serial_sequence('solci.jobs', 'id'), (SELECT max(id) FROM solci.jobs))")
+    return len(jobs)
+
+
+def import_watch_state(db: Any, rows: list[tuple]) -> int:
+    """Copy (repo, branch, last_commit, updated_at) rows into the queue's watch state (times kept)."""
+    with db.pg() as pg, pg.cursor() as cur:
+        cur.executemany(
+            """INSERT INTO solci.watch_state VALUES (%s, %s, %s, %s)
+               ON CONFLICT (repo, branch) DO UPDATE SET last_commit = EXCLUDED.last_commit,
+               updated_at = EXCLUDED.updated_at""",
+            rows,
+        )
+    return len(rows)
