@@ -8,7 +8,7 @@ import sys
 
 # Each module defines ``register(subparsers) -> None``; a subcommand sets ``func(args) -> int``.
 COMMAND_MODULES = (
-    "kernel.bench_cli",  # solci bench
+    "ci.bench_cli",  # solci bench
     "ci.measure",  # solci measure
     "ci.commands",  # solci run / watch / worker / enqueue / hooks
     "ci.read_commands",  # solci history / flags / records / jobs / sql
@@ -35,14 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # A commit being measured may predate a module (or its whole package): skip just that command.
-            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -293,8 +293,12 @@ def run_commit_now(
     canon, source, shas = resolve_revisions(repo, [commit])
     sha = shas[-1]
     branch = branch or guess_branch(source, sha)
-    job_id, _ = enqueue(db, canon, sha, branch=branch, trigger="manual", force=True)
-    runner = Runner(db, runner_config(args), echo=echo)
+    from ci.fleet import detect_gpu_model
+
+    config = runner_config(args)
+    config.gpu_model = config.gpu_model or detect_gpu_model(config.gpu)
+    job_id, _ = enqueue(db, canon, sha, branch=branch, trigger="manual", force=True, gpu_model=config.gpu_model)
+    runner = Runner(db, config, echo=echo)
     echo(f"job {job_id}: {sha[:12]} of {canon} with the {runner.executor.name} executor into {db.path}")
     runner.start()
     job = wait_for_jobs(db, [job_id], runner, stop=install_stop_signals()).get(job_id)

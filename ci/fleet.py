@@ -68,9 +68,14 @@ def ingest_spooled(
     stored before). Raises what the ingest raised; the spool file then stays for ``flush_spool``."""
     from storage import jobs, spool
     from storage.ingest import ingest_result
+    from storage.result import SchemaError
 
     path = spool.save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
-    stored = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    try:
+        stored = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    except SchemaError:  # never storable: the caller records the rejection; nothing to retry
+        spool.remove(path)
+        raise
     if job_id is not None and purpose == "measure" and getattr(db, "backend", "file") == "lake":
         jobs.link_run(db, job_id, doc["run_id"])  # the lake's queue is in PostgreSQL, not in the ingest's tables
     spool.remove(path)

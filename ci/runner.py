@@ -288,6 +288,13 @@ class Runner:
         lines.append(f"[solci] worker {self.config.worker}, {self.config.gpu}, {self.executor.name} executor")
         return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=self.config.measure)
 
+    def expected_gpu_model(self) -> str | None:
+        """The GPU model a result of this runner must say it ran on (a model the workload knows), else None."""
+        from kernel.workload import GPU_PEAKS
+
+        model = self.config.gpu_model
+        return model if model in GPU_PEAKS else None
+
     def _record(self, job: Any, execution: Execution, source: Path | None) -> tuple[str, str, str, str]:
         from ci.fleet import ingest_spooled
         from storage.ingest import reject
@@ -297,7 +304,13 @@ class Runner:
         assert doc is not None
         ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
         try:
-            ingest_spooled(self.db, doc, job_id=job.id, parent=ancestry[1] if len(ancestry) > 1 else None)
+            ingest_spooled(
+                self.db,
+                doc,
+                job_id=job.id,
+                parent=ancestry[1] if len(ancestry) > 1 else None,
+                expect_gpu_model=self.expected_gpu_model(),
+            )
         except SchemaError as exc:  # nothing it says is believed: stored as a rejected run, with the reason
             reject(self.db, doc, str(exc), job_id=job.id)
             self._lines.append(f"[solci] result rejected: {exc}")
@@ -362,7 +375,9 @@ class Runner:
                         lines.append(f"[solci] confirmation run of {sha[:12]} failed ({ex.status}):")
                         lines.append(ex.log[-4000:])
                         return done
-                    ingest_spooled(self.db, ex.doc, job_id=job.id, purpose="confirm")
+                    ingest_spooled(
+                        self.db, ex.doc, job_id=job.id, purpose="confirm", expect_gpu_model=self.expected_gpu_model()
+                    )
                     done.append((label, ex.doc["run_id"]))
                     figs.append((label, figures_from_rows(run_figures(self.db, ex.doc["run_id"]))[0]))
                 if len(clean_pairs(pair_up(figs), cases)) >= cfg.pairs:

@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 import kernel.attn_output_proj_backward as kmod
-from kernel.bench import _short, _timer_and_protocols, check_case, time_impl
+from ci.bench import _short, _timer_and_protocols, check_case, time_impl
 from kernel.configs import config_for
 from kernel.workload import Case
 

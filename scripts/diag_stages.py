@@ -19,8 +19,8 @@ from dataclasses import replace
 
 import torch
 
+from ci.bench import _short, _timer_and_protocols, check_case, time_impl
 from kernel.attn_output_proj_backward import attn_output_proj_backward
-from kernel.bench import _short, _timer_and_protocols, check_case, time_impl
 from kernel.configs import KernelConfig, config_for
 from kernel.reference import two_matmuls
 from kernel.workload import Case

@@ -10,7 +10,7 @@ export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 timeout 200 python3 -m pytest -q tests/test_kernel_gpu.py tests/test_timing.py tests/test_measure.py -m gpu 2>&1 \
   | tail -4 | tee "$OUT/gpu_tests.log"
-timeout 150 python3 -m kernel.bench --csv "$OUT/bench.csv" 2>&1 | grep -v -i warn > "$OUT/bench.log"
+timeout 150 python3 -m ci.bench --csv "$OUT/bench.csv" 2>&1 | grep -v -i warn > "$OUT/bench.log"
 for i in 1 2; do
   s=$(date +%s%N)
   timeout 150 python3 -m ci.cli measure --cases all --out "$OUT/r$i.json" 2> "$OUT/measure$i.err" >/dev/null

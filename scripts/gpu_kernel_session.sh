@@ -19,10 +19,10 @@ for step in "$@"; do
          grep -E "^  _fused|Duration|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall" \
            "$OUT/ncu_small_m.txt" | head -60 ;;
     diag) timeout 200 python3 scripts/diag_overhead.py 2>&1 | tee "$OUT/diag.log" ;;
-    sweep) timeout 330 python3 -m kernel.bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
+    sweep) timeout 330 python3 -m ci.bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
              | grep -v -i warn | tee "$OUT/sweep.log" ;;
-    bench) timeout 150 python3 -m kernel.bench --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" ;;
-    bench-swept) timeout 150 python3 -m kernel.bench --configs "$OUT/best.json" --csv "$OUT/bench_swept.csv" 2>&1 \
+    bench) timeout 150 python3 -m ci.bench --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" ;;
+    bench-swept) timeout 150 python3 -m ci.bench --configs "$OUT/best.json" --csv "$OUT/bench_swept.csv" 2>&1 \
              | grep -v -i warn | tee "$OUT/bench_swept.log" ;;
   esac
 done

@@ -465,15 +465,11 @@ def list_jobs(db: Database, *, status: str | None = None, limit: int = 100) -> l
 
 
 # ------------------------------------------------------------------------------------------------ gpu models
-def local_gpu_model() -> str:
-    """This host's GPU model for the lake's queue: ``$SOLCI_GPU_MODEL``, else the first GPU's (NVML), else
-    ``cpu-interpreter``."""
-    env = os.environ.get(GPU_MODEL_ENV)
-    if env:
-        return env
-    from ci.fleet import detect_gpu_model
-
-    return detect_gpu_model()
+def local_gpu_model() -> str | None:
+    """This host's GPU model for the lake's queue when the caller gave none: ``$SOLCI_GPU_MODEL``, else None (a
+    job without a model, which the first runner to claim it adopts). Storage detects no hardware: the runner
+    (``ci.fleet.detect_gpu_model``) passes its model."""
+    return os.environ.get(GPU_MODEL_ENV) or None
 
 
 # ------------------------------------------------------------------------------------------------ watch state

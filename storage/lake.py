@@ -308,14 +308,14 @@ class LakeDatabase(Database):
         """A psycopg connection inside a PostgreSQL transaction (the queue's tables exist); commits on exit."""
         import psycopg
 
-        from storage import lake_queue
+        from storage import schema
 
         conn = self._pg_session()
         try:
             if self._key not in _QUEUE_READY:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, QUEUE_DDL_LOCK))
-                    conn.execute(lake_queue.QUEUE_DDL)
+                    conn.execute(schema.QUEUE_DDL)
                 _QUEUE_READY.add(self._key)
             with conn.transaction():
                 yield conn

@@ -41,24 +41,6 @@ MODEL_TTL_DAYS = 30
 _COLS = ", ".join(f'"{f}"' for f in JOB_FIELDS)
 _NOW = "timezone('UTC', now())"
 
-QUEUE_DDL = """
-CREATE SCHEMA IF NOT EXISTS solci;
-CREATE TABLE IF NOT EXISTS solci.jobs (
-    id BIGSERIAL PRIMARY KEY, repo TEXT NOT NULL, "commit" TEXT NOT NULL, branch TEXT, "trigger" TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed')),
-    attempts INTEGER NOT NULL DEFAULT 0, enqueued_at TIMESTAMP NOT NULL, started_at TIMESTAMP,
-    finished_at TIMESTAMP, outcome TEXT, run_id TEXT, worker TEXT, gpu TEXT, log TEXT,
-    lease_owner TEXT, heartbeat_at TIMESTAMP, gpu_model TEXT);
-CREATE INDEX IF NOT EXISTS jobs_queued ON solci.jobs (enqueued_at, id) WHERE status = 'queued';
-CREATE INDEX IF NOT EXISTS jobs_running ON solci.jobs (gpu) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS jobs_commit ON solci.jobs (repo, "commit");
-CREATE TABLE IF NOT EXISTS solci.gpu_models (
-    gpu_model TEXT NOT NULL, host TEXT NOT NULL, first_seen TIMESTAMP NOT NULL, last_seen TIMESTAMP NOT NULL,
-    PRIMARY KEY (gpu_model, host));
-CREATE TABLE IF NOT EXISTS solci.watch_state (
-    repo TEXT NOT NULL, branch TEXT NOT NULL, last_commit TEXT NOT NULL, updated_at TIMESTAMP NOT NULL,
-    PRIMARY KEY (repo, branch));
-"""
 
 
 def _job(row: tuple | None) -> Job | None:
@@ -73,7 +55,7 @@ def _note(now: datetime, text: str) -> str:
     return f"[{now.isoformat(timespec='seconds')}] {text}\n"
 
 
-def _host_model(pg: Any) -> str:
+def _host_model(pg: Any) -> str | None:
     """This host's model: $SOLCI_GPU_MODEL, else what its runners registered last, else detected."""
     import os
 

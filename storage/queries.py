@@ -735,3 +735,10 @@ def job_queue(db: Database, *, limit: int = 200) -> tuple[pd.DataFrame, dict[str
         ).df()
         counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
     return jobs, {k: int(v) for k, v in counts.items()}
+
+
+def job_log(db: Database, job_id: int) -> str | None:
+    """The log of one job ('' when it has none yet), None when there is no such job."""
+    with db.read() as conn:
+        row = conn.execute("SELECT coalesce(log, '') FROM jobs WHERE id = ?", [int(job_id)]).fetchone()
+    return None if row is None else str(row[0])

@@ -155,6 +155,28 @@ def _strip_checks(stmt: str) -> str:
     return "".join(out)
 
 
+# The lake backend's job queue and watch state live in PostgreSQL beside the catalog (storage/lake_queue.py):
+# row locks (FOR UPDATE SKIP LOCKED) across hosts. Created once by the process that creates the lake.
+QUEUE_DDL = """
+CREATE SCHEMA IF NOT EXISTS solci;
+CREATE TABLE IF NOT EXISTS solci.jobs (
+    id BIGSERIAL PRIMARY KEY, repo TEXT NOT NULL, "commit" TEXT NOT NULL, branch TEXT, "trigger" TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0, enqueued_at TIMESTAMP NOT NULL, started_at TIMESTAMP,
+    finished_at TIMESTAMP, outcome TEXT, run_id TEXT, worker TEXT, gpu TEXT, log TEXT,
+    lease_owner TEXT, heartbeat_at TIMESTAMP, gpu_model TEXT);
+CREATE INDEX IF NOT EXISTS jobs_queued ON solci.jobs (enqueued_at, id) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS jobs_running ON solci.jobs (gpu) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS jobs_commit ON solci.jobs (repo, "commit");
+CREATE TABLE IF NOT EXISTS solci.gpu_models (
+    gpu_model TEXT NOT NULL, host TEXT NOT NULL, first_seen TIMESTAMP NOT NULL, last_seen TIMESTAMP NOT NULL,
+    PRIMARY KEY (gpu_model, host));
+CREATE TABLE IF NOT EXISTS solci.watch_state (
+    repo TEXT NOT NULL, branch TEXT NOT NULL, last_commit TEXT NOT NULL, updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (repo, branch));
+"""
+
+
 def adapt_ddl(ddl: str, backend: str) -> list[str]:
     """The statements of ``ddl`` for ``backend``: unchanged for the file; for the lake without sequences,
     indexes, PRIMARY KEY / UNIQUE / CHECK constraints, and with sequence defaults replaced by LAKE_ID_DEFAULT."""

@@ -143,7 +143,7 @@ def test_kernel_variants_match_reference_twice(overrides: dict) -> None:
 
 
 def test_sweep_candidates_are_valid_configs() -> None:
-    from kernel.bench import sweep_candidates
+    from ci.bench import sweep_candidates
 
     for bucket, cands in sweep_candidates().items():
         assert bucket in M_BUCKETS
@@ -187,7 +187,7 @@ def test_bench_configs_file_round_trips_and_bad_files_are_named(tmp_path) -> Non
     """`solci bench --configs F` reads what `--sweep --save F` writes; anything else is a ValueError naming F."""
     import json
 
-    from kernel.bench import load_configs
+    from ci.bench import load_configs
 
     good = tmp_path / "best.json"
     want = {b: config_for(b, (9, 0)) for b in (256, 8192)}

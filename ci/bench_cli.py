@@ -1,4 +1,4 @@
-"""``solci bench``: the command-line face of kernel/bench.py, kept light (torch loads only when it runs)."""
+"""``solci bench``: the command-line face of ci/bench.py, kept light (torch loads only when it runs)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kernel.bench import run
+    from ci.bench import run
 
     return run(args)
 

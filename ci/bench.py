@@ -1,6 +1,6 @@
 """Benchmark of the fused kernel against PyTorch eager and the two cuBLAS matmuls, on a GPU.
 
-``solci bench`` (or ``python -m kernel.bench``): per case, the kernel, eager (two matmuls + transpose copy),
+``solci bench`` (or ``python -m ci.bench``): per case, the kernel, eager (two matmuls + transpose copy),
 the two cuBLAS matmuls alone, T_SOL for the detected GPU and the SOL score (T_b = eager of the same run),
 with geometric means. Timing: the protocols of ``solci measure`` (ci.timing):
 fresh input copies and zeroed outputs per iteration, a cold L2, warm-up then the median of the timed runs, under
@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from kernel.bench_cli import add_arguments
+    from ci.bench_cli import add_arguments
 
-    parser = argparse.ArgumentParser(prog="python -m kernel.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ci.bench", description=__doc__)
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))
