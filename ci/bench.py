@@ -61,8 +61,10 @@ def check_case(case: Case, device: torch.device, config: KernelConfig | None = N
     kern = functools.partial(attn_output_proj_backward, config=config)
     res = check_rounds(kern, case.batch_size, case.seq_len, device, rounds=1)
     ga, gw = res.outputs.get("grad_attn_output", {}), res.outputs.get("grad_weight", {})
-    summary = (f"ga {ga.get('match_fraction', 0):.4f}/{ga.get('max_abs_err', 0):.2e} "
-               f"gw {gw.get('match_fraction', 0):.4f}/{gw.get('max_abs_err', 0):.2e}")  # fmt: skip
+    summary = (
+        f"ga {ga.get('match_fraction', 0):.4f}/{ga.get('max_abs_err', 0):.2e} "
+        f"gw {gw.get('match_fraction', 0):.4f}/{gw.get('max_abs_err', 0):.2e}"
+    )
     return res.ok, summary if res.ok else f"{summary} ({res.reason})"
 
 
@@ -77,8 +79,11 @@ def bench_cases(
         print(f"bench: case {i}/{len(cases)} {case.name} (M={case.m})", file=sys.stderr, flush=True)
         cfg = (configs or {}).get(bucket_for(case.m))
         kern = functools.partial(attn_output_proj_backward, config=cfg)
-        impls = (("kernel", kern, True), ("eager", attn_output_proj_backward_eager, False),
-                 ("cublas", two_matmuls, False))
+        impls = (
+            ("kernel", kern, True),
+            ("eager", attn_output_proj_backward_eager, False),
+            ("cublas", two_matmuls, False),
+        )
         ok, summary = check_case(case, device, cfg)
         row: dict = {"case": case.name, "m": case.m, "correct": ok, "check": summary}
         for protocol in protocols:
@@ -86,18 +91,24 @@ def bench_cases(
                 row[f"{name}_{protocol.timer}_us"] = time_impl(timer, protocol, fn, case, with_out)
         k, e = row["kernel_cupti_us"], row["eager_cupti_us"]
         tsol = t_sol_us(case.m, model)
-        row.update(t_sol_us=tsol, score=sol_score(k, tsol, e) if ok else 0.0,
-                   config=(cfg or kernel_config(case.m, device)).as_dict())
+        row.update(
+            t_sol_us=tsol,
+            score=sol_score(k, tsol, e) if ok else 0.0,
+            config=(cfg or kernel_config(case.m, device)).as_dict(),
+        )
         rows.append(row)
     return rows
 
 
 def print_table(rows: list[dict], gpu: str) -> None:
     print(f"\nGPU: {gpu}. Medians (us), L2 flushed, fresh inputs per iteration (ci.timing protocols).")
-    print("CUPTI = first-kernel-start to last-kernel-end span (the benchmark's rule); "
-          "events = CUDA events, host ahead.")
-    hdr = (f"{'case':<10}{'M':>6}{'ok':>3} | {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6}{'k/eag':>6} |"
-           f" {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6} | {'T_SOL':>6}{'score':>6}")
+    print(
+        "CUPTI = first-kernel-start to last-kernel-end span (the benchmark's rule); events = CUDA events, host ahead."
+    )
+    hdr = (
+        f"{'case':<10}{'M':>6}{'ok':>3} | {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6}{'k/eag':>6} |"
+        f" {'kernel':>7}{'eager':>7}{'cuBLAS':>7}{'k/cuB':>6} | {'T_SOL':>6}{'score':>6}"
+    )
     print(f"{'':<19} | {'CUPTI span':^33} | {'CUDA events':^27} |")
     print(hdr)
 
@@ -106,8 +117,10 @@ def print_table(rows: list[dict], gpu: str) -> None:
         ke, ee, ce = v["kernel_cuda_events_us"], v["eager_cuda_events_us"], v["cublas_cuda_events_us"]
         tsol = f"{v['t_sol_us']:.1f}" if v.get("t_sol_us") else "-"
         score = f"{v['score']:.3f}" if v.get("score") is not None else "-"
-        return (f"{label:<10}{m:>6}{ok:>3} | {kc:>7.1f}{ec:>7.1f}{cc:>7.1f}{kc / cc:>6.2f}{kc / ec:>6.2f} |"
-                f" {ke:>7.1f}{ee:>7.1f}{ce:>7.1f}{ke / ce:>6.2f} | {tsol:>6}{score:>6}")
+        return (
+            f"{label:<10}{m:>6}{ok:>3} | {kc:>7.1f}{ec:>7.1f}{cc:>7.1f}{kc / cc:>6.2f}{kc / ec:>6.2f} |"
+            f" {ke:>7.1f}{ee:>7.1f}{ce:>7.1f}{ke / ce:>6.2f} | {tsol:>6}{score:>6}"
+        )
 
     for r in rows:
         print(line(r["case"], str(r["m"]), "y" if r["correct"] else "N", r))
@@ -123,15 +136,31 @@ def sweep_candidates() -> dict[int, list[KernelConfig]]:
     """Candidate configurations per M bucket (what --sweep times): the Hopper table's entry, then variants of it
     (schedule, warp specialisation, pipeline depth) and of its tile shapes."""
     variants: tuple[dict, ...] = (
-        {}, {"schedule": "shared"}, {"schedule": "partitioned"}, {"warp_specialize": "k_loop"},
-        {"warp_specialize": "none"}, {"ga_tma_store": False}, {"trim": False}, {"num_stages": 4, "tma_store": False},
-        {"group": 4}, {"group": 8}, {"group": 16},
+        {},
+        {"schedule": "shared"},
+        {"schedule": "partitioned"},
+        {"warp_specialize": "k_loop"},
+        {"warp_specialize": "none"},
+        {"ga_tma_store": False},
+        {"trim": False},
+        {"num_stages": 4, "tma_store": False},
+        {"group": 4},
+        {"group": 8},
+        {"group": 16},
     )
     tiles: dict[int, tuple[dict, ...]] = {
-        256: ({"ga_bm": 64, "ga_bn": 64}, {"gw_bn": 256, "num_warps": 8, "num_stages": 3},
-              {"bk": 128, "num_stages": 3}, {"ga_bm": 128, "ga_bn": 64}),
-        512: ({"ga_bm": 64}, {"gw_bn": 256, "num_warps": 8, "num_stages": 3}, {"bk": 128, "num_stages": 3},
-              {"num_warps": 8, "num_stages": 3}),
+        256: (
+            {"ga_bm": 64, "ga_bn": 64},
+            {"gw_bn": 256, "num_warps": 8, "num_stages": 3},
+            {"bk": 128, "num_stages": 3},
+            {"ga_bm": 128, "ga_bn": 64},
+        ),
+        512: (
+            {"ga_bm": 64},
+            {"gw_bn": 256, "num_warps": 8, "num_stages": 3},
+            {"bk": 128, "num_stages": 3},
+            {"num_warps": 8, "num_stages": 3},
+        ),
         1024: ({"ga_bn": 128, "gw_bn": 128, "num_warps": 4, "num_stages": 4},),
         2048: ({"ga_bm": 256, "ga_bn": 128},),
         4096: ({"ga_bm": 256, "ga_bn": 128}, {"bk": 128, "num_stages": 2}),
@@ -147,10 +176,19 @@ def sweep_candidates() -> dict[int, list[KernelConfig]]:
 
 def _short(cfg: KernelConfig) -> str:
     ws = {"none": "", "k_loop": " ws-k", "tiles": " ws-tiles"}.get(cfg.warp_specialize, f" ws-{cfg.warp_specialize}")
-    extra = "".join(["" if cfg.schedule == "auto" else f" {cfg.schedule}", "" if cfg.tma_store else " ptrstore",
-                     " ga-tma" if cfg.ga_tma_store else "", "" if cfg.trim else " untrimmed", ws])
-    return (f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
-            f"g{cfg.group}{extra}")
+    extra = "".join(
+        [
+            "" if cfg.schedule == "auto" else f" {cfg.schedule}",
+            "" if cfg.tma_store else " ptrstore",
+            " ga-tma" if cfg.ga_tma_store else "",
+            "" if cfg.trim else " untrimmed",
+            ws,
+        ]
+    )
+    return (
+        f"{cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} k{cfg.bk} w{cfg.num_warps} s{cfg.num_stages} "
+        f"g{cfg.group}{extra}"
+    )
 
 
 def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = None) -> None:
@@ -160,8 +198,10 @@ def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = Non
     cupti = next(p for p in protocols if p.timer == "cupti")
     cands = sweep_candidates()
     best_by_bucket: dict[int, dict] = {}
-    print("\nsweep (kernel median us per case, CUPTI span, L2 flushed; the ratio is to the two cuBLAS matmuls timed "
-          "in the same run; x = failed to compile or incorrect)")
+    print(
+        "\nsweep (kernel median us per case, CUPTI span, L2 flushed; the ratio is to the two cuBLAS matmuls timed "
+        "in the same run; x = failed to compile or incorrect)"
+    )
     for bucket in M_BUCKETS:
         distinct = {c.m: c for c in cases if bucket_for(c.m) == bucket}
         bcases = list(distinct.values())
@@ -182,8 +222,11 @@ def sweep(cases: Sequence[Case], warmup: int, iters: int, save: str | None = Non
                     times.append(time_impl(timer, cupti, fn, case, True))
                 g = geomean(times)
                 results.append((g, cfg))
-                print(f"  M<={bucket:<5} {_short(cfg):<60} {' '.join(f'{t:.1f}' for t in times)}"
-                      f"  {g / cublas:.3f}x cuBLAS", flush=True)
+                print(
+                    f"  M<={bucket:<5} {_short(cfg):<60} {' '.join(f'{t:.1f}' for t in times)}"
+                    f"  {g / cublas:.3f}x cuBLAS",
+                    flush=True,
+                )
             except Exception as exc:  # a candidate that does not compile or fit is reported, not fatal
                 msg = str(exc).splitlines()[0][:90] if str(exc) else type(exc).__name__
                 print(f"  M<={bucket:<5} {_short(cfg):<60} x {msg}", flush=True)
@@ -204,8 +247,10 @@ def load_configs(path: str) -> dict[int, KernelConfig]:
             raw = json.load(fh)
         configs = {int(b): KernelConfig(**d) for b, d in raw.items()}
     except (OSError, ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"--configs {path}: not a file of configurations from `solci bench --sweep --save` "
-                         f"({type(exc).__name__}: {exc})") from None
+        raise ValueError(
+            f"--configs {path}: not a file of configurations from `solci bench --sweep --save` "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     unknown = sorted(set(configs) - set(M_BUCKETS))
     if unknown:
         raise ValueError(f"--configs {path}: {unknown} are not M buckets (those are {list(M_BUCKETS)})")

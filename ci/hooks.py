@@ -71,9 +71,12 @@ def hook_name(repo: Path) -> str:
 def render(kind: str, repo: Path, db: Path | str, python: str | None = None) -> str:
     pythonpath = str(Path(__file__).resolve().parents[1])  # the folder holding this `ci` package
     header = _HEADER.format(
-        marker=MARKER, python=shlex.quote(python or sys.executable), repo=shlex.quote(str(repo)),
-        db=shlex.quote(str(db)), pythonpath=shlex.quote(pythonpath),
-    )  # fmt: skip
+        marker=MARKER,
+        python=shlex.quote(python or sys.executable),
+        repo=shlex.quote(str(repo)),
+        db=shlex.quote(str(db)),
+        pythonpath=shlex.quote(pythonpath),
+    )
     body = _POST_RECEIVE if kind == "post-receive" else _POST_COMMIT
     return header + body.format(zero=ZERO, chained=CHAINED_SUFFIX)
 

@@ -314,6 +314,9 @@ def _noise_rows(noise: Noise) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ judging
 def _functional(info: dict, cases: pd.DataFrame) -> tuple[str, str]:
     bad = cases[cases["status"] != "pass"]
+    tampered = [e for e in bad["error"].fillna("") if str(e).startswith("integrity:")]
+    if tampered:  # the harness caught the kernel changing what it measures with: nothing of the run counts
+        return "rejected", f"the kernel tampered with the measurement ({len(tampered)} case(s)): {tampered[0][:300]}"
     if bad.empty:
         if info["mode"] != "gpu":
             return "functional", f"{len(cases)} cases correct ({info['mode']}: a functional check, not a speed figure)"

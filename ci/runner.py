@@ -63,6 +63,7 @@ _OUTCOME_BY_VERDICT = {
     "incorrect": "incorrect",
     "broken": "crashed",
     "quarantined": "quarantined",
+    "rejected": "rejected",
     "suspect": "infra_error",
 }
 

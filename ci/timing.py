@@ -47,9 +47,16 @@ DEFAULT_PRIMARY = "cupti"
 # The files whose code makes a figure what it is: the harness. Their hash is part of every protocol, so a
 # runner upgraded to another harness starts a new series instead of showing a step.
 HARNESS_FILES = (
-    "ci/timing.py", "ci/worker.py", "ci/measure.py", "ci/hardware.py", "ci/sandbox.py", "kernel/reference.py",
-    "kernel/correctness.py", "kernel/workload.py", "storage/result.py",
-)  # fmt: skip
+    "ci/timing.py",
+    "ci/worker.py",
+    "ci/measure.py",
+    "ci/hardware.py",
+    "ci/sandbox.py",
+    "kernel/reference.py",
+    "kernel/correctness.py",
+    "kernel/workload.py",
+    "storage/result.py",
+)
 
 
 @functools.cache

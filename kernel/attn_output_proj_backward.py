@@ -37,10 +37,30 @@ def _tile_coords(tile, n_m, n_n, GROUP: tl.constexpr):
 
 @triton.jit
 def _ga_tiles(
-    lo, step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S,
-    HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr, GA_BM: tl.constexpr, GA_BN: tl.constexpr,
-    BK: tl.constexpr, GROUP: tl.constexpr, USE_TMA: tl.constexpr, GA_TMA: tl.constexpr, FP32_DOT: tl.constexpr,
-    WS_TILES: tl.constexpr, WS_K: tl.constexpr,
+    lo,
+    step,
+    n_ga,
+    n_ga_m,
+    go_a,
+    w_b,
+    ga_out,
+    go_ptr,
+    w_ptr,
+    ga_ptr,
+    M,
+    S,
+    HID: tl.constexpr,
+    NH: tl.constexpr,
+    HD: tl.constexpr,
+    GA_BM: tl.constexpr,
+    GA_BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    GA_TMA: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    WS_TILES: tl.constexpr,
+    WS_K: tl.constexpr,
 ):
     """grad_attn_output tiles lo, lo+step, ... < n_ga: rows of M x columns of 2048, K = 2048; the epilogue writes
     row m = b*S + s, column c = h*HD + d to ((b*NH + h)*S + s)*HD + d (GA_BN is a multiple of HD)."""
@@ -84,10 +104,27 @@ def _ga_tiles(
 
 @triton.jit
 def _gw_tiles(
-    lo, step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M,
-    HID: tl.constexpr, GW_BM: tl.constexpr, GW_BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    USE_TMA: tl.constexpr, TMA_STORE: tl.constexpr, FP32_DOT: tl.constexpr,
-    WS_TILES: tl.constexpr, WS_K: tl.constexpr,
+    lo,
+    step,
+    n_gw,
+    n_gw_m,
+    go_t,
+    x_b,
+    gw_out,
+    go_ptr,
+    x_ptr,
+    gw_ptr,
+    M,
+    HID: tl.constexpr,
+    GW_BM: tl.constexpr,
+    GW_BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+    WS_TILES: tl.constexpr,
+    WS_K: tl.constexpr,
 ):
     """grad_weight tiles lo, lo+step, ... < n_gw: (out features) x (in features), reduced over the M rows."""
     n_gw_n: tl.constexpr = HID // GW_BN
@@ -129,15 +166,32 @@ def _fused_bwd_kernel(
     x_b,  # reshaped as the B operand of grad_weight (desc [BK, GW_BN] or pointer)
     gw_out,  # grad_weight (desc [GW_BM, GW_BN] or pointer)
     ga_out,  # grad_attn_output viewed (B*H, S, D) (desc [GA_BN // D, GA_BM, D]; None unless GA_TMA)
-    go_ptr, w_ptr, x_ptr, gw_ptr,  # raw pointers (used when USE_TMA is off)
+    go_ptr,
+    w_ptr,
+    x_ptr,
+    gw_ptr,  # raw pointers (used when USE_TMA is off)
     ga_ptr,  # grad_attn_output, contiguous (B, H, S, D)
-    M, S,
-    n_ga_m, n_gw_m,
+    M,
+    S,
+    n_ga_m,
+    n_gw_m,
     P_GA,  # programs that run only grad_attn_output tiles (0: every program walks the whole tile space)
-    GA_FIRST: tl.constexpr, TMA_STORE: tl.constexpr, GA_TMA: tl.constexpr, WS: tl.constexpr,
-    HID: tl.constexpr, NH: tl.constexpr, HD: tl.constexpr,
-    GA_BM: tl.constexpr, GA_BN: tl.constexpr, GW_BM: tl.constexpr, GW_BN: tl.constexpr, BK: tl.constexpr,
-    GROUP: tl.constexpr, USE_TMA: tl.constexpr, DEVICE_DESC: tl.constexpr, FP32_DOT: tl.constexpr,
+    GA_FIRST: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+    GA_TMA: tl.constexpr,
+    WS: tl.constexpr,
+    HID: tl.constexpr,
+    NH: tl.constexpr,
+    HD: tl.constexpr,
+    GA_BM: tl.constexpr,
+    GA_BN: tl.constexpr,
+    GW_BM: tl.constexpr,
+    GW_BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    DEVICE_DESC: tl.constexpr,
+    FP32_DOT: tl.constexpr,
 ):
     if DEVICE_DESC:
         go_a = tl.make_tensor_descriptor(go_ptr, [M, HID], [HID, 1], [GA_BM, BK])
@@ -146,8 +200,9 @@ def _fused_bwd_kernel(
         x_b = tl.make_tensor_descriptor(x_ptr, [M, HID], [HID, 1], [BK, GW_BN])
         gw_out = tl.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM, GW_BN])
         if GA_TMA:
-            ga_out = tl.make_tensor_descriptor(ga_ptr, [(M // S) * NH, S, HD], [S * HD, HD, 1],
-                                               [GA_BN // HD, GA_BM, HD])
+            ga_out = tl.make_tensor_descriptor(
+                ga_ptr, [(M // S) * NH, S, HD], [S * HD, HD, 1], [GA_BN // HD, GA_BM, HD]
+            )
     n_ga = n_ga_m * (HID // GA_BN)
     n_gw = n_gw_m * (HID // GW_BN)
     pid = tl.program_id(0)
@@ -183,15 +238,105 @@ def _fused_bwd_kernel(
     WS_TILES: tl.constexpr = WS == 2
     WS_K: tl.constexpr = WS == 1
     if GA_FIRST:
-        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD,
-                  GA_BM, GA_BN, BK, GROUP, USE_TMA, GA_TMA, FP32_DOT, WS_TILES, WS_K)
-        _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
-                  GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
+        _ga_tiles(
+            ga_lo,
+            ga_step,
+            n_ga,
+            n_ga_m,
+            go_a,
+            w_b,
+            ga_out,
+            go_ptr,
+            w_ptr,
+            ga_ptr,
+            M,
+            S,
+            HID,
+            NH,
+            HD,
+            GA_BM,
+            GA_BN,
+            BK,
+            GROUP,
+            USE_TMA,
+            GA_TMA,
+            FP32_DOT,
+            WS_TILES,
+            WS_K,
+        )
+        _gw_tiles(
+            gw_lo,
+            gw_step,
+            n_gw,
+            n_gw_m,
+            go_t,
+            x_b,
+            gw_out,
+            go_ptr,
+            x_ptr,
+            gw_ptr,
+            M,
+            HID,
+            GW_BM,
+            GW_BN,
+            BK,
+            GROUP,
+            USE_TMA,
+            TMA_STORE,
+            FP32_DOT,
+            WS_TILES,
+            WS_K,
+        )
     else:
-        _gw_tiles(gw_lo, gw_step, n_gw, n_gw_m, go_t, x_b, gw_out, go_ptr, x_ptr, gw_ptr, M, HID, GW_BM, GW_BN, BK,
-                  GROUP, USE_TMA, TMA_STORE, FP32_DOT, WS_TILES, WS_K)
-        _ga_tiles(ga_lo, ga_step, n_ga, n_ga_m, go_a, w_b, ga_out, go_ptr, w_ptr, ga_ptr, M, S, HID, NH, HD,
-                  GA_BM, GA_BN, BK, GROUP, USE_TMA, GA_TMA, FP32_DOT, WS_TILES, WS_K)
+        _gw_tiles(
+            gw_lo,
+            gw_step,
+            n_gw,
+            n_gw_m,
+            go_t,
+            x_b,
+            gw_out,
+            go_ptr,
+            x_ptr,
+            gw_ptr,
+            M,
+            HID,
+            GW_BM,
+            GW_BN,
+            BK,
+            GROUP,
+            USE_TMA,
+            TMA_STORE,
+            FP32_DOT,
+            WS_TILES,
+            WS_K,
+        )
+        _ga_tiles(
+            ga_lo,
+            ga_step,
+            n_ga,
+            n_ga_m,
+            go_a,
+            w_b,
+            ga_out,
+            go_ptr,
+            w_ptr,
+            ga_ptr,
+            M,
+            S,
+            HID,
+            NH,
+            HD,
+            GA_BM,
+            GA_BN,
+            BK,
+            GROUP,
+            USE_TMA,
+            GA_TMA,
+            FP32_DOT,
+            WS_TILES,
+            WS_K,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -212,7 +357,9 @@ def _ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def _validate(
-    grad_output: torch.Tensor, reshaped: torch.Tensor, weight: torch.Tensor,
+    grad_output: torch.Tensor,
+    reshaped: torch.Tensor,
+    weight: torch.Tensor,
     out: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> tuple[int, int]:
     """Check the arguments; ValueError naming the argument. Kept lean: it runs on every call."""
@@ -319,8 +466,11 @@ def _ensure_allocator() -> None:
     global _ALLOCATOR_SET
     if not _ALLOCATOR_SET:
         triton.set_allocator(
-            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
-            if not interpreter_active() else torch.empty(size, dtype=torch.int8)
+            lambda size, align, stream: (
+                torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
+                if not interpreter_active()
+                else torch.empty(size, dtype=torch.int8)
+            )
         )
         _ALLOCATOR_SET = True
 
@@ -366,24 +516,47 @@ def attn_output_proj_backward(
     # grad_attn tiles stored by TMA when every tile's rows lie in one batch (S a multiple of the tile's rows).
     ga_tma = cfg.use_tma and cfg.ga_tma_store and s % cfg.ga_bm == 0
     constexprs = (
-        plan.ga_first, cfg.tma_store, ga_tma, ws_mode, HIDDEN, NUM_HEADS, HEAD_DIM,
-        cfg.ga_bm, cfg.ga_bn, cfg.gw_bm, cfg.gw_bn, cfg.bk, cfg.group,
-        cfg.use_tma, cfg.use_tma and cfg.device_desc, fp32_dot,
+        plan.ga_first,
+        cfg.tma_store,
+        ga_tma,
+        ws_mode,
+        HIDDEN,
+        NUM_HEADS,
+        HEAD_DIM,
+        cfg.ga_bm,
+        cfg.ga_bn,
+        cfg.gw_bm,
+        cfg.gw_bn,
+        cfg.bk,
+        cfg.group,
+        cfg.use_tma,
+        cfg.use_tma and cfg.device_desc,
+        fp32_dot,
     )
     # Tensor descriptors: (tensor, block shape[, shape it is viewed as]) for grad_output, weight, grad_output,
     # reshaped, grad_weight and grad_attn_output viewed (B*H, S, D) (no view object is made on this hot path).
     if cfg.use_tma and not cfg.device_desc:
         descs = (
-            (go2, (cfg.ga_bm, cfg.bk)), (w2, (cfg.bk, cfg.ga_bn)), (go2, (cfg.bk, cfg.gw_bm)),
-            (x2, (cfg.bk, cfg.gw_bn)), (gw, (cfg.gw_bm, cfg.gw_bn)),
+            (go2, (cfg.ga_bm, cfg.bk)),
+            (w2, (cfg.bk, cfg.ga_bn)),
+            (go2, (cfg.bk, cfg.gw_bm)),
+            (x2, (cfg.bk, cfg.gw_bn)),
+            (gw, (cfg.gw_bm, cfg.gw_bn)),
             (ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (b * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
         )
     else:
         if cfg.use_tma:
             _ensure_allocator()
         descs = None
-    _launch(device, stream, plan.programs, descs, (go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga),
-            constexprs, cfg)
+    _launch(
+        device,
+        stream,
+        plan.programs,
+        descs,
+        (go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga),
+        constexprs,
+        cfg,
+    )
     return ga, gw
 
 
@@ -423,19 +596,42 @@ def _shape_strides(base: torch.Tensor, shape: tuple[int, ...] | None = None) -> 
 
 
 _CONSTEXPR_NAMES = (
-    "GA_FIRST", "TMA_STORE", "GA_TMA", "WS", "HID", "NH", "HD", "GA_BM", "GA_BN", "GW_BM", "GW_BN", "BK", "GROUP",
-    "USE_TMA", "DEVICE_DESC", "FP32_DOT",
+    "GA_FIRST",
+    "TMA_STORE",
+    "GA_TMA",
+    "WS",
+    "HID",
+    "NH",
+    "HD",
+    "GA_BM",
+    "GA_BN",
+    "GW_BM",
+    "GW_BN",
+    "BK",
+    "GROUP",
+    "USE_TMA",
+    "DEVICE_DESC",
+    "FP32_DOT",
 )
 
 
 def _launch(
-    device: torch.device, stream: int | None, grid0: int, descs: tuple | None, args: tuple, constexprs: tuple,
+    device: torch.device,
+    stream: int | None,
+    grid0: int,
+    descs: tuple | None,
+    args: tuple,
+    constexprs: tuple,
     cfg: KernelConfig,
 ) -> None:
     if device.type != "cuda":  # the interpreter
         full = _real_descs(descs) + args
-        _fused_bwd_kernel[(grid0,)](*full, **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
-                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        _fused_bwd_kernel[(grid0,)](
+            *full,
+            **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
         return
     key = (device.index, cfg, constexprs)
     compiled = _COMPILED.get(key)
@@ -444,15 +640,27 @@ def _launch(
         full = _real_descs(descs) + args
         with torch.cuda.device(device):
             _COMPILED[key] = _fused_bwd_kernel[(grid0,)](
-                *full, **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                *full,
+                **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
             )
         return
     lead = (None,) * 6 if descs is None else tuple(None if d is None else _LightDesc(d[0], *d[2:]) for d in descs)
     launch = functools.partial(
         compiled.run,  # type: ignore[attr-defined]
-        grid0, 1, 1, stream, compiled.function, compiled.packed_metadata,  # type: ignore[attr-defined]
-        None, None, None, *lead, *args, *constexprs,
+        grid0,
+        1,
+        1,
+        stream,
+        compiled.function,
+        compiled.packed_metadata,  # type: ignore[attr-defined]
+        None,
+        None,
+        None,
+        *lead,
+        *args,
+        *constexprs,
     )
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the compiled function belongs to that device's context

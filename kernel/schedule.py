@@ -93,8 +93,16 @@ def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
     used = min(programs, n_ga + n_gw)
     if cfg.trim:  # fewest programs with the same modelled makespan: no program launched just to idle at the end
         for fewer in range(max(1, (3 * used) // 4), used):
-            if _shared_makespan(n_ga if ga_first else n_gw, c_ga if ga_first else c_gw,
-                                n_gw if ga_first else n_ga, c_gw if ga_first else c_ga, fewer) <= shared + 1e-9:
+            if (
+                _shared_makespan(
+                    n_ga if ga_first else n_gw,
+                    c_ga if ga_first else c_gw,
+                    n_gw if ga_first else n_ga,
+                    c_gw if ga_first else c_ga,
+                    fewer,
+                )
+                <= shared + 1e-9
+            ):
                 used = fewer
                 break
     best = Plan(n_ga_m, n_gw_m, n_ga, n_gw, ga_first, 0, used, shared, mean)

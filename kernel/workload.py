@@ -51,10 +51,24 @@ class Case:
 CASES: tuple[Case, ...] = tuple(
     Case(b, s)
     for b, s in [
-        (1, 256), (1, 1024), (2, 1024), (2, 4096), (4, 128), (4, 256), (4, 512), (4, 1024),
-        (8, 128), (8, 256), (8, 1024), (16, 128), (16, 256), (32, 128), (32, 256), (64, 128),
+        (1, 256),
+        (1, 1024),
+        (2, 1024),
+        (2, 4096),
+        (4, 128),
+        (4, 256),
+        (4, 512),
+        (4, 1024),
+        (8, 128),
+        (8, 256),
+        (8, 1024),
+        (16, 128),
+        (16, 256),
+        (32, 128),
+        (32, 256),
+        (64, 128),
     ]
-)  # fmt: skip
+)
 
 # Small cases for runs without a GPU (Triton's interpreter): S deliberately not a multiple of any block.
 SMOKE_CASES: tuple[Case, ...] = (Case(1, 7), Case(2, 50), Case(1, 130))

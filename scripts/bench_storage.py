@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from ci.regression import judge_run  # noqa: E402
 from factories import make_result  # noqa: E402
 
-from ci.regression import judge_run  # noqa: E402
 from kernel.workload import CASES  # noqa: E402
 from storage import queries  # noqa: E402
 from storage.db import Database  # noqa: E402
@@ -41,8 +41,10 @@ def build(db: Database, n_runs: int, n_samples: int = 50) -> float:
         for c in seed_doc["cases"]
     )
     with db.transaction() as conn:
-        conn.execute(f"CREATE TEMP TABLE bench_cases(name VARCHAR, b INT, s INT, m INT, med DOUBLE, tsol DOUBLE);"
-                     f"INSERT INTO bench_cases VALUES {cases_sql}")  # fmt: skip
+        conn.execute(
+            f"CREATE TEMP TABLE bench_cases(name VARCHAR, b INT, s INT, m INT, med DOUBLE, tsol DOUBLE);"
+            f"INSERT INTO bench_cases VALUES {cases_sql}"
+        )
         conn.execute(
             """INSERT INTO runs (run_id, seq, "commit", branch, repo, started_at, finished_at, wall_s, mode,
                    hardware_fingerprint, hardware_label, gpu_model, hostname, protocol, status, n_cases, n_pass,
@@ -126,18 +128,27 @@ def main(argv: list[str] | None = None) -> int:
         append()
         ingest_times.append(append.last)  # type: ignore[attr-defined]
     dup = make_result(run_id="new0", commit="new0")
-    rows = [("ingest_result (append 1 run, 16 cases, 2400 samples)", statistics.median(ingest_times),
-             max(ingest_times), 0.100, "1 run")]  # fmt: skip
+    rows = [
+        (
+            "ingest_result (append 1 run, 16 cases, 2400 samples)",
+            statistics.median(ingest_times),
+            max(ingest_times),
+            0.100,
+            "1 run",
+        )
+    ]
     med, mx, _ = timed(lambda: ingest_result(db, dup), args.repeat)
     rows.append(("ingest_result (same run_id again: no-op)", med, mx, 0.100, "0 rows"))
     cases = CASES[4].name
     for label, fn in [
         ("history() (all runs x cases)", lambda: queries.history(db)),
-        (f"history(case={cases}, hardware, protocol)",
-         lambda: queries.history(db, case=cases, hardware="NVIDIA H200", protocol="p1")),
+        (
+            f"history(case={cases}, hardware, protocol)",
+            lambda: queries.history(db, case=cases, hardware="NVIDIA H200", protocol="p1"),
+        ),
         ("history(hardware=H200, limit=200)", lambda: queries.history(db, hardware="H200", limit=200)),
         ("runs() (one row per run)", lambda: queries.runs(db)),
-    ]:  # fmt: skip
+    ]:
         med, mx, df = timed(fn, args.repeat)
         rows.append((label, med, mx, 1.0, f"{len(df)} rows"))
     med, mx, fl = timed(lambda: judge_run(db, "new4" if args.repeat >= 5 else "new0"), args.repeat)

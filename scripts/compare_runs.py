@@ -23,9 +23,11 @@ def main(a: str, b: str) -> int:
         if m >= 1024:
             worst = max(worst, abs(d))
         print(f"{case:<10}{m:>6}{x:>9.1f}{y:>9.1f}{d:>+8.2f}")
-    print(f"largest |diff| for M >= 1024: {worst:.2f}%  "
-          f"(suite geomean {da['suite']['geomean_us']:.1f} vs {db['suite']['geomean_us']:.1f} us; "
-          f"wall {da['wall_s']:.0f} s vs {db['wall_s']:.0f} s)")
+    print(
+        f"largest |diff| for M >= 1024: {worst:.2f}%  "
+        f"(suite geomean {da['suite']['geomean_us']:.1f} vs {db['suite']['geomean_us']:.1f} us; "
+        f"wall {da['wall_s']:.0f} s vs {db['wall_s']:.0f} s)"
+    )
     return 0 if worst <= 3.0 else 1
 
 

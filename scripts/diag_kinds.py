@@ -68,8 +68,11 @@ def main() -> int:
                         parts.append(time_impl(timer, cupti, fn, case, True))
                     finally:
                         kmod.plan_schedule = saved
-                print(f"   {_short(cfg):<50} ok={ok} full {full:6.1f}  gw-only {parts[0]:6.1f} "
-                      f"({parts[0] / t_gw:.3f}x)  ga-only {parts[1]:6.1f} ({parts[1] / t_ga:.3f}x)", flush=True)
+                print(
+                    f"   {_short(cfg):<50} ok={ok} full {full:6.1f}  gw-only {parts[0]:6.1f} "
+                    f"({parts[0] / t_gw:.3f}x)  ga-only {parts[1]:6.1f} ({parts[1] / t_ga:.3f}x)",
+                    flush=True,
+                )
             except Exception as exc:
                 print(f"   {_short(cfg):<50} x {str(exc).splitlines()[0][:100]}", flush=True)
     return 0

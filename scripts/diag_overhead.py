@@ -47,11 +47,16 @@ def diag(b: int, s: int) -> None:
     cub_host = host_us(lambda: two_matmuls(go, x, w))
     cub_gpu = gpu_span_us(lambda: two_matmuls(go, x, w))
     print(f"M={b * s:<5} validate {val:5.1f} us host; two cuBLAS matmuls: host {cub_host:5.1f} GPU span {cub_gpu:6.1f}")
-    for name, cfg in [("host desc", base), ("device desc", replace(base, device_desc=True)),
-                      ("pointers", replace(base, use_tma=False))]:
+    for name, cfg in [
+        ("host desc", base),
+        ("device desc", replace(base, device_desc=True)),
+        ("pointers", replace(base, use_tma=False)),
+    ]:
         try:
+
             def call(cfg=cfg):
                 return attn_output_proj_backward(go, x, w, out=(ga, gw), config=cfg)
+
             h = host_us(call)
             k = gpu_span_us(call)
             print(f"   {name:<12} host/call {h:6.1f} us   GPU span (CUPTI) {k:7.1f} us")

@@ -161,24 +161,45 @@ def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime
         insert_rows(
             conn,
             "hardware",
-            [[
-                hw["fingerprint"], hw["label"], hw.get("gpu_model"), hw.get("gpu_name"), hw.get("sm_count"),
-                hw.get("memory_bytes"), hw.get("driver"), hw.get("cuda"), hw.get("torch"), hw.get("triton"),
-                hw.get("python"), hw.get("cpu"), now,
-            ]],
-        )  # fmt: skip
+            [
+                [
+                    hw["fingerprint"],
+                    hw["label"],
+                    hw.get("gpu_model"),
+                    hw.get("gpu_name"),
+                    hw.get("sm_count"),
+                    hw.get("memory_bytes"),
+                    hw.get("driver"),
+                    hw.get("cuda"),
+                    hw.get("torch"),
+                    hw.get("triton"),
+                    hw.get("python"),
+                    hw.get("cpu"),
+                    now,
+                ]
+            ],
+        )
     new_protocols = {p["hash"]: p for p in doc["protocols"] if p["hash"] not in set(known)}
     insert_rows(
         conn,
         "protocols",
         [
             [
-                p["hash"], p["name"], p.get("timer"), p.get("warmup"), p.get("iters"), p.get("l2_flush"),
-                p.get("flush_bytes"), p.get("rotate_inputs"), p.get("statistic"), _json(p), now,
+                p["hash"],
+                p["name"],
+                p.get("timer"),
+                p.get("warmup"),
+                p.get("iters"),
+                p.get("l2_flush"),
+                p.get("flush_bytes"),
+                p.get("rotate_inputs"),
+                p.get("statistic"),
+                _json(p),
+                now,
             ]
             for p in new_protocols.values()
         ],
-    )  # fmt: skip
+    )
 
 
 def _insert_run(
@@ -195,36 +216,79 @@ def _insert_run(
                job_id, ingested_at, purpose, harness, quarantine)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [
-            doc["run_id"], doc.get("commit"), doc.get("branch"), doc.get("repo"),
-            parse_time(doc["started_at"]), parse_time(doc.get("finished_at")), doc.get("wall_s"), doc["mode"],
-            hw["fingerprint"], hw["label"], hw.get("gpu_model"), hw.get("hostname"), doc["protocol"],
-            suite["status"], suite["n_cases"], suite["n_pass"], geo, suite.get("geomean_eager_us"),
-            suite.get("geomean_cublas_us"), suite.get("score"), suite.get("ratio_vs_cublas"),
-            suite.get("ratio_vs_eager"), job_id, now, purpose, doc.get("harness"), quarantine,
+            doc["run_id"],
+            doc.get("commit"),
+            doc.get("branch"),
+            doc.get("repo"),
+            parse_time(doc["started_at"]),
+            parse_time(doc.get("finished_at")),
+            doc.get("wall_s"),
+            doc["mode"],
+            hw["fingerprint"],
+            hw["label"],
+            hw.get("gpu_model"),
+            hw.get("hostname"),
+            doc["protocol"],
+            suite["status"],
+            suite["n_cases"],
+            suite["n_pass"],
+            geo,
+            suite.get("geomean_eager_us"),
+            suite.get("geomean_cublas_us"),
+            suite.get("score"),
+            suite.get("ratio_vs_cublas"),
+            suite.get("ratio_vs_eager"),
+            job_id,
+            now,
+            purpose,
+            doc.get("harness"),
+            quarantine,
         ],
-    )  # fmt: skip
+    )
 
 
 def _insert_results(conn: duckdb.DuckDBPyConnection, doc: dict) -> None:
     rows = [
         [
-            doc["run_id"], c["case"], c["batch_size"], c["seq_len"], c["m"], c["status"], c.get("error"),
-            c.get("median_us"), c.get("eager_us"), c.get("cublas_us"), c.get("t_sol_us"), c.get("score"),
-            _json(c.get("config")), _json(c.get("correctness")), _json(c.get("telemetry")), c.get("wall_s"),
+            doc["run_id"],
+            c["case"],
+            c["batch_size"],
+            c["seq_len"],
+            c["m"],
+            c["status"],
+            c.get("error"),
+            c.get("median_us"),
+            c.get("eager_us"),
+            c.get("cublas_us"),
+            c.get("t_sol_us"),
+            c.get("score"),
+            _json(c.get("config")),
+            _json(c.get("correctness")),
+            _json(c.get("telemetry")),
+            c.get("wall_s"),
         ]
         for c in doc["cases"]
-    ]  # fmt: skip
+    ]
     insert_rows(conn, "results", rows)
 
 
 def _insert_samples(conn: duckdb.DuckDBPyConnection, doc: dict) -> None:
     rows = [
         [
-            doc["run_id"], c["case"], t["impl"], t["protocol"], len(t["samples_us"]), t.get("median_us"),
-            t.get("mean_us"), t.get("min_us"), t.get("max_us"), t.get("iqr_us"), t.get("stdev_us"),
+            doc["run_id"],
+            c["case"],
+            t["impl"],
+            t["protocol"],
+            len(t["samples_us"]),
+            t.get("median_us"),
+            t.get("mean_us"),
+            t.get("min_us"),
+            t.get("max_us"),
+            t.get("iqr_us"),
+            t.get("stdev_us"),
             [float(x) for x in t["samples_us"]],
         ]
         for c in doc["cases"]
         for t in c["timings"]
-    ]  # fmt: skip
+    ]
     insert_rows(conn, "samples", rows)

@@ -42,7 +42,6 @@ _COLS = ", ".join(f'"{f}"' for f in JOB_FIELDS)
 _NOW = "timezone('UTC', now())"
 
 
-
 def _job(row: tuple | None) -> Job | None:
     return Job(*row) if row else None
 

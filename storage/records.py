@@ -63,11 +63,18 @@ def update_project_records(
                 [label, protocol, case, n_cases],
             )
             event = {
-                "run_id": doc["run_id"], "commit": doc.get("commit"), "hardware_label": label,
-                "gpu_model": model, "protocol": protocol, "case": case, "n_cases": n_cases,
-                "previous_us": prev[0], "previous_run_id": prev[1], "previous_commit": prev[2],
+                "run_id": doc["run_id"],
+                "commit": doc.get("commit"),
+                "hardware_label": label,
+                "gpu_model": model,
+                "protocol": protocol,
+                "case": case,
+                "n_cases": n_cases,
+                "previous_us": prev[0],
+                "previous_run_id": prev[1],
+                "previous_commit": prev[2],
                 "new_us": latency,
-            }  # fmt: skip
+            }
             conn.execute(
                 """INSERT INTO record_events (run_id, "commit", hardware_label, gpu_model, protocol,
                        case_name, n_cases, previous_us, previous_run_id, previous_commit, new_us, broken_at)
@@ -80,8 +87,19 @@ def update_project_records(
                    implementation, latency_us, pct_sol, source, observed_at, run_id, "commit", updated_at)
                VALUES ('project', ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [
-                model, label, protocol, case, n_cases, f"solci@{doc.get('commit') or doc['run_id'][:12]}",
-                latency, pct, PROJECT_SOURCE, observed_at, doc["run_id"], doc.get("commit"), now,
+                model,
+                label,
+                protocol,
+                case,
+                n_cases,
+                f"solci@{doc.get('commit') or doc['run_id'][:12]}",
+                latency,
+                pct,
+                PROJECT_SOURCE,
+                observed_at,
+                doc["run_id"],
+                doc.get("commit"),
+                now,
             ],
-        )  # fmt: skip
+        )
     return events

@@ -124,12 +124,24 @@ def _seed_published_records(conn: duckdb.DuckDBPyConnection) -> None:
     now = _now()
     rows = [
         (
-            "published", r.gpu_model, PUBLISHED_HARDWARE_LABEL, PUBLISHED_PROTOCOL, SUITE, len(CASES), r.rank,
-            r.implementation, r.latency_us, float(r.pct_sol), LEADERBOARD_SOURCE,
-            datetime.fromisoformat(r.observed), None, None, now,
+            "published",
+            r.gpu_model,
+            PUBLISHED_HARDWARE_LABEL,
+            PUBLISHED_PROTOCOL,
+            SUITE,
+            len(CASES),
+            r.rank,
+            r.implementation,
+            r.latency_us,
+            float(r.pct_sol),
+            LEADERBOARD_SOURCE,
+            datetime.fromisoformat(r.observed),
+            None,
+            None,
+            now,
         )
         for r in B200_RECORDS
-    ]  # fmt: skip
+    ]
     conn.executemany("INSERT INTO records VALUES (" + ", ".join(["?"] * 15) + ")", rows)
 
 

@@ -62,9 +62,16 @@ def draw_samples(median: float, n: int, noise: float, seed: str) -> list[float]:
 
 def make_protocol(hash_: str = "p1", name: str = "cuda_events_l2flush_rotate", iters: int = 50) -> dict:
     return {
-        "name": name, "hash": hash_, "timer": "cuda_events", "warmup": 10, "iters": iters,
-        "l2_flush": True, "flush_bytes": 2 * 50 * 1024 * 1024, "rotate_inputs": True, "statistic": "median",
-    }  # fmt: skip
+        "name": name,
+        "hash": hash_,
+        "timer": "cuda_events",
+        "warmup": 10,
+        "iters": iters,
+        "l2_flush": True,
+        "flush_bytes": 2 * 50 * 1024 * 1024,
+        "rotate_inputs": True,
+        "statistic": "median",
+    }
 
 
 def make_result(
@@ -135,17 +142,26 @@ def make_result(
             score = 0.0
         case_docs.append(
             {
-                "case": n, "batch_size": c.batch_size, "seq_len": c.seq_len, "m": c.m, "status": st,
+                "case": n,
+                "batch_size": c.batch_size,
+                "seq_len": c.seq_len,
+                "m": c.m,
+                "status": st,
                 "error": None if st == "pass" else f"fabricated {st}",
-                "correctness": None, "timings": timings,
-                "median_us": figures["kernel"] if st == "pass" else None, "eager_us": figures["eager"],
+                "correctness": None,
+                "timings": timings,
+                "median_us": figures["kernel"] if st == "pass" else None,
+                "eager_us": figures["eager"],
                 "cublas_us": figures["cublas"],
-                "t_sol_us": t_sol, "score": score, "config": {"block_m": 128} if timed else None,
-                "telemetry": None if clock_mhz is None else {
-                    side: {"sm_clock_mhz": clock_mhz, "throttle": list(throttle)} for side in ("before", "after")
-                }, "wall_s": 0.5,
+                "t_sol_us": t_sol,
+                "score": score,
+                "config": {"block_m": 128} if timed else None,
+                "telemetry": None
+                if clock_mhz is None
+                else {side: {"sm_clock_mhz": clock_mhz, "throttle": list(throttle)} for side in ("before", "after")},
+                "wall_s": 0.5,
             }
-        )  # fmt: skip
+        )
 
     n_pass = sum(1 for c in case_docs if c["status"] == "pass")
     statuses = {c["status"] for c in case_docs}
@@ -160,26 +176,46 @@ def make_result(
     suite_score = statistics.fmean(s or 0.0 for s in scores) if scores and model is not None else None
     g, ge, gc = gm("median_us"), gm("eager_us"), gm("cublas_us")
     hardware = {
-        "label": hardware_label, "gpu_model": model, "gpu_name": hardware_label if model else None,
-        "sm_count": 132 if model else None, "memory_bytes": 150_000_000_000 if model else None,
-        "driver": "570.00" if model else None, "cuda": "12.8" if model else None,
-        "torch": "2.11.0", "triton": "3.6.0", "python": "3.12.0", "hostname": "testhost", "cpu": "test cpu",
-    }  # fmt: skip
+        "label": hardware_label,
+        "gpu_model": model,
+        "gpu_name": hardware_label if model else None,
+        "sm_count": 132 if model else None,
+        "memory_bytes": 150_000_000_000 if model else None,
+        "driver": "570.00" if model else None,
+        "cuda": "12.8" if model else None,
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "python": "3.12.0",
+        "hostname": "testhost",
+        "cpu": "test cpu",
+    }
     hardware["fingerprint"] = stable_hash({k: v for k, v in hardware.items() if k != "hostname"})
     doc = {
         "schema_version": SCHEMA_VERSION,
-        "run_id": run_id, "commit": commit, "branch": branch, "repo": repo,
-        "started_at": t0.isoformat(), "finished_at": (t0 + timedelta(seconds=30)).isoformat(), "wall_s": 30.0,
+        "run_id": run_id,
+        "commit": commit,
+        "branch": branch,
+        "repo": repo,
+        "started_at": t0.isoformat(),
+        "finished_at": (t0 + timedelta(seconds=30)).isoformat(),
+        "wall_s": 30.0,
         "mode": "gpu" if model else "cpu-interpreter",
         "hardware": hardware,
-        "protocol": protocol, "protocols": [proto],
+        "protocol": protocol,
+        "protocols": [proto],
         "cases": case_docs,
         "suite": {
-            "n_cases": len(case_docs), "n_pass": n_pass, "status": suite_status,
-            "geomean_us": g, "geomean_eager_us": ge, "geomean_cublas_us": gc, "score": suite_score,
-            "ratio_vs_cublas": g / gc if g and gc else None, "ratio_vs_eager": g / ge if g and ge else None,
+            "n_cases": len(case_docs),
+            "n_pass": n_pass,
+            "status": suite_status,
+            "geomean_us": g,
+            "geomean_eager_us": ge,
+            "geomean_cublas_us": gc,
+            "score": suite_score,
+            "ratio_vs_cublas": g / gc if g and gc else None,
+            "ratio_vs_eager": g / ge if g and ge else None,
         },
-    }  # fmt: skip
+    }
     return validate(doc)
 
 

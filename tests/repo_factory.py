@@ -19,10 +19,12 @@ PROJECT = Path(__file__).resolve().parents[1]
 SOURCES = ("kernel", "ci", "storage", "dashboard", "pyproject.toml", "Dockerfile", ".dockerignore", "docker")
 LAUNCHER = "kernel/attn_output_proj_backward.py"
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "solci test", "GIT_AUTHOR_EMAIL": "test@solci.invalid",
-    "GIT_COMMITTER_NAME": "solci test", "GIT_COMMITTER_EMAIL": "test@solci.invalid",
+    "GIT_AUTHOR_NAME": "solci test",
+    "GIT_AUTHOR_EMAIL": "test@solci.invalid",
+    "GIT_COMMITTER_NAME": "solci test",
+    "GIT_COMMITTER_EMAIL": "test@solci.invalid",
     "GIT_CONFIG_NOSYSTEM": "1",
-}  # fmt: skip
+}
 
 SLOW = """
 

@@ -129,7 +129,8 @@ def test_hostile_commit_in_the_local_sandbox_changes_nothing(scene, tmp_path: Pa
 
     db = Database(tmp_path / "judged.duckdb")
     ingest_result(db, res.doc)
-    assert judge_run(db, res.doc["run_id"]).verdict == "broken"
+    out = judge_run(db, res.doc["run_id"])
+    assert out.verdict == "rejected" and "tampered" in out.message
     assert queries.records(db).query("kind == 'project'").empty
 
 

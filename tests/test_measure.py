@@ -322,6 +322,12 @@ def test_the_parent_makes_every_statistic_from_raw_samples():
     rec = assemble_case(Case(1, 256), {"status": "pass", "timings": short}, [p], "H200", "gpu", 1.0)
     assert rec["status"] == "error" and "invalid timing" in rec["error"] and rec["median_us"] is None
     for bad in ([float("nan")] * 3, [-1.0, 2.0, 3.0], ["1", 2.0, 3.0]):
-        rec = assemble_case(Case(1, 256), {"status": "pass", "timings": [
-            {"impl": "kernel", "protocol": p.hash, "samples_us": bad}]}, [p], "H200", "gpu", 1.0)  # fmt: skip
+        rec = assemble_case(
+            Case(1, 256),
+            {"status": "pass", "timings": [{"impl": "kernel", "protocol": p.hash, "samples_us": bad}]},
+            [p],
+            "H200",
+            "gpu",
+            1.0,
+        )
         assert rec["status"] == "error", bad

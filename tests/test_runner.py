@@ -114,13 +114,26 @@ def test_outcome_of_verdicts() -> None:
     assert outcome_of("broken", {"error", "pass"}) == "crashed"
     assert outcome_of("broken", {"timeout"}) == "timed_out"
     assert outcome_of("quarantined", {"pass"}) == "quarantined"
+    assert outcome_of("rejected", {"error"}) == "rejected"
 
 
 def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) -> None:
     repo = small_repo(tmp_path / "repo", n_commits=1)
     # the last commit keeps the slow level: judged against the new level, it passes
-    plan_kinds = ["pass", "pass", "pass", "slow", "incorrect", "build_failed", "raise", "timed_out",
-                  "crashed", "error-case", "timeout-case", "slow"]  # fmt: skip
+    plan_kinds = [
+        "pass",
+        "pass",
+        "pass",
+        "slow",
+        "incorrect",
+        "build_failed",
+        "raise",
+        "timed_out",
+        "crashed",
+        "error-case",
+        "timeout-case",
+        "slow",
+    ]
     shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(len(plan_kinds))]
     plan = dict(zip(shas, plan_kinds, strict=True))
     for sha in shas:
@@ -136,8 +149,21 @@ def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) 
     confirmation = [shas[slow_at - 1], shas[slow_at], shas[slow_at], shas[slow_at - 1]]
     assert fake.calls == shas[: slow_at + 1] + confirmation + shas[slow_at + 1 :]
     got = [r.outcome for r in reports]
-    assert got == ["passed", "passed", "passed", "regressed", "incorrect", "build_failed", "error", "timed_out",
-                   "crashed", "crashed", "timed_out", "passed", "error"]  # fmt: skip
+    assert got == [
+        "passed",
+        "passed",
+        "passed",
+        "regressed",
+        "incorrect",
+        "build_failed",
+        "error",
+        "timed_out",
+        "crashed",
+        "crashed",
+        "timed_out",
+        "passed",
+        "error",
+    ]
     jobs = {j.commit: j for j in list_jobs(db)}
     assert all(j.status in ("done", "failed") for j in jobs.values())
     assert jobs[shas[6]].status == "failed" and "the executor blew up" in jobs[shas[6]].log
@@ -269,17 +295,25 @@ def test_measure_options_to_cli() -> None:
 # ------------------------------------------------------------------------------------------------ slow
 def solci(args: list[str], env: dict[str, str], *, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ci.cli", *args], env=env, cwd=env["SOLCI_TEST_CWD"], capture_output=True,
-        text=True, timeout=timeout,
-    )  # fmt: skip
+        [sys.executable, "-m", "ci.cli", *args],
+        env=env,
+        cwd=env["SOLCI_TEST_CWD"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def cli_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "TRITON_INTERPRET"}
     env.update(
-        SOLCI_DB=str(tmp / "history.duckdb"), SOLCI_WORK=str(tmp / "work"), SOLCI_EXECUTOR="local",
-        SOLCI_CACHE=str(tmp / "cache"), SOLCI_TEST_CWD=str(tmp), PYTHONPATH=str(PROJECT),
-    )  # fmt: skip
+        SOLCI_DB=str(tmp / "history.duckdb"),
+        SOLCI_WORK=str(tmp / "work"),
+        SOLCI_EXECUTOR="local",
+        SOLCI_CACHE=str(tmp / "cache"),
+        SOLCI_TEST_CWD=str(tmp),
+        PYTHONPATH=str(PROJECT),
+    )
     return env
 
 
@@ -304,8 +338,17 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
     shas["broken"] = repo.mutate_from(base, BROKEN, "broken: syntax error")
     shas["n4"] = repo.mutate_from(base, "", "neutral again")
     last = solci(["watch", str(repo.path), "--once", *MEASURE], env)
-    return {"db": db, "repo": repo, "env": env, "shas": shas, "first": first, "seen": seen, "slow": slow,
-            "last": last, "wall_s": time.monotonic() - t}  # fmt: skip
+    return {
+        "db": db,
+        "repo": repo,
+        "env": env,
+        "shas": shas,
+        "first": first,
+        "seen": seen,
+        "slow": slow,
+        "last": last,
+        "wall_s": time.monotonic() - t,
+    }
 
 
 @pytest.mark.slow
@@ -321,8 +364,12 @@ def test_worker_and_run_exit_codes(history: dict) -> None:
     # watch --once: the four commits since n3, in order; the slow one was measured already (not again)
     assert last.returncode == EXIT_BROKEN, last.stderr[-3000:]
     lines = [ln.split()[:2] for ln in last.stdout.splitlines() if ln[:40] in shas.values()]
-    expect = [[shas["slow"], "PASSED"], [shas["wrong"], "INCORRECT"], [shas["broken"], "CRASHED"],
-              [shas["n4"], "PASSED"]]  # fmt: skip
+    expect = [
+        [shas["slow"], "PASSED"],
+        [shas["wrong"], "INCORRECT"],
+        [shas["broken"], "CRASHED"],
+        [shas["n4"], "PASSED"],
+    ]
     assert sorted(lines) == sorted(expect), last.stdout
 
 
@@ -332,8 +379,15 @@ def test_outcomes_per_commit(history: dict) -> None:
     db, shas = history["db"], history["shas"]
     jobs = {j.commit: j for j in list_jobs(db)}
     outcome = {key: jobs[sha].outcome for key, sha in shas.items()}
-    assert outcome == {"n1": "passed", "n2": "passed", "n3": "passed", "slow": "passed",
-                       "wrong": "incorrect", "broken": "crashed", "n4": "passed"}, outcome  # fmt: skip
+    assert outcome == {
+        "n1": "passed",
+        "n2": "passed",
+        "n3": "passed",
+        "slow": "passed",
+        "wrong": "incorrect",
+        "broken": "crashed",
+        "n4": "passed",
+    }, outcome
     assert all(j.status == "done" and j.attempts == 1 for j in jobs.values())
     assert "SyntaxError" in jobs[shas["broken"]].log
     assert "incorrect" in jobs[shas["wrong"]].log
@@ -352,8 +406,11 @@ def test_interpreter_runs_open_no_step_and_every_commit_is_stored_once(history: 
     assert verdicts[shas["slow"]] == "functional" and verdicts[shas["wrong"]] == "incorrect"
     assert verdicts[shas["broken"]] == "broken"
     with db.read() as conn:
-        broken = conn.execute("""SELECT DISTINCT x.status FROM runs r JOIN results x USING (run_id)
-                                 WHERE r."commit" = ?""", [shas["broken"]]).fetchall()  # fmt: skip
+        broken = conn.execute(
+            """SELECT DISTINCT x.status FROM runs r JOIN results x USING (run_id)
+                                 WHERE r."commit" = ?""",
+            [shas["broken"]],
+        ).fetchall()
     assert broken == [("error",)]
 
 
@@ -364,8 +421,10 @@ def test_the_commits_own_code_is_measured(history: dict) -> None:
     trusted harness)."""
     db, shas = history["db"], history["shas"]
     with db.read() as conn:
-        med = dict(conn.execute("""SELECT r."commit", x.median_us FROM runs r JOIN results x USING (run_id)
-                                   WHERE x.status = 'pass'""").fetchall())  # fmt: skip
+        med = dict(
+            conn.execute("""SELECT r."commit", x.median_us FROM runs r JOIN results x USING (run_id)
+                                   WHERE x.status = 'pass'""").fetchall()
+        )
     assert med[shas["slow"]] > 1.3 * med[shas["n3"]]  # about 2x; the interpreter is noisy on a busy machine
     assert med[shas["n4"]] < med[shas["slow"]]
 
@@ -378,9 +437,13 @@ def test_killed_worker_job_is_retried_and_stored_once(history: dict, tmp_path: P
     repo, sha = history["repo"], history["shas"]["n3"]
     job_id, _ = enqueue(db, str(repo.path), sha, branch="main")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ci.cli", "worker", "--interval", "0.5", *MEASURE], env=env, cwd=tmp_path,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "ci.cli", "worker", "--interval", "0.5", *MEASURE],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     work = tmp_path / "work"
     try:
         deadline = time.monotonic() + 60

@@ -28,9 +28,18 @@ from storage.ingest import ingest_result
 
 FEW = ["4,128", "8,256", "1,1024"]
 TABLES = {
-    "solci_schema", "commits", "hardware", "protocols", "runs", "results", "samples", "jobs", "flags",
-    "records", "record_events",
-}  # fmt: skip
+    "solci_schema",
+    "commits",
+    "hardware",
+    "protocols",
+    "runs",
+    "results",
+    "samples",
+    "jobs",
+    "flags",
+    "records",
+    "record_events",
+}
 
 
 @pytest.fixture
@@ -141,14 +150,20 @@ def test_locked_file_is_a_clear_error(tmp_path):
     with Database(path).write():
         pass
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import duckdb, sys, time
             c = duckdb.connect({str(path)!r})
             print("ready", flush=True)
             sys.stdin.read()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         db = Database(path, lock_timeout=0.3)
@@ -211,8 +226,15 @@ def test_ingest_is_atomic(db, monkeypatch, failure):
         conn.execute("INSERT INTO samples (run_id) VALUES ('x')")  # violates NOT NULL: a database error
 
     monkeypatch.setattr(ingest_mod, "_insert_samples", broken)
-    doc = make_result(run_id="r2", commit="c-new", cases=FEW, medians=1.0, hardware_label="other gpu",
-                      protocol="p-new", started_at=BASE_TIME + timedelta(hours=1))  # fmt: skip
+    doc = make_result(
+        run_id="r2",
+        commit="c-new",
+        cases=FEW,
+        medians=1.0,
+        hardware_label="other gpu",
+        protocol="p-new",
+        started_at=BASE_TIME + timedelta(hours=1),
+    )
     with pytest.raises((RuntimeError, duckdb.Error)):
         ingest_result(db, doc)
     # nothing of the run: no run, results, commit, hardware, protocol or record rows
@@ -243,8 +265,14 @@ def test_project_records_only_from_passing_runs(db):
     assert queries.record_events(db).empty  # the first run breaks nothing
 
     # faster on every case but one case incorrect: never a record
-    bad = make_result(run_id="b", commit="cb", cases=FEW, medians=50.0, status={"B8_S256": "incorrect"},
-                      started_at=t + timedelta(hours=1))  # fmt: skip
+    bad = make_result(
+        run_id="b",
+        commit="cb",
+        cases=FEW,
+        medians=50.0,
+        status={"B8_S256": "incorrect"},
+        started_at=t + timedelta(hours=1),
+    )
     ingest_result(db, bad)
     assert set(queries.records(db).query("kind == 'project'")["run_id"]) == {"a"}
     assert queries.record_events(db).empty
@@ -267,8 +295,17 @@ def test_project_records_only_from_passing_runs(db):
     assert ev.loc["B4_S128", "previous_run_id"] == "a" and ev.loc["B4_S128", "commit"] == "cd"
 
     # records are per hardware label: another GPU starts its own
-    ingest_result(db, make_result(run_id="e", cases=FEW, medians=500.0, hardware_label="NVIDIA H100",
-                                  gpu_model="H100", started_at=t + timedelta(hours=4)))  # fmt: skip
+    ingest_result(
+        db,
+        make_result(
+            run_id="e",
+            cases=FEW,
+            medians=500.0,
+            hardware_label="NVIDIA H100",
+            gpu_model="H100",
+            started_at=t + timedelta(hours=4),
+        ),
+    )
     proj = queries.records(db).query("kind == 'project'")
     assert set(proj["hardware"]) == {"NVIDIA H200", "NVIDIA H100"}
     assert len(queries.record_events(db)) == 2
@@ -278,12 +315,34 @@ def test_project_records_only_from_passing_runs(db):
 def test_history_filters_and_limit(db):
     for doc in make_series(4, cases=FEW):
         ingest_result(db, doc)
-    ingest_result(db, make_result(run_id="h100", cases=FEW, hardware_label="NVIDIA H100", gpu_model="H100",
-                                  protocol="p2", started_at=BASE_TIME + timedelta(days=1)))  # fmt: skip
+    ingest_result(
+        db,
+        make_result(
+            run_id="h100",
+            cases=FEW,
+            hardware_label="NVIDIA H100",
+            gpu_model="H100",
+            protocol="p2",
+            started_at=BASE_TIME + timedelta(days=1),
+        ),
+    )
     h = queries.history(db)
     assert len(h) == 5 * 3
-    expected = {"run_id", "commit", "started_at", "hardware", "protocol", "run_status", "case", "status",
-                "median_us", "eager_us", "cublas_us", "t_sol_us", "score"}  # fmt: skip
+    expected = {
+        "run_id",
+        "commit",
+        "started_at",
+        "hardware",
+        "protocol",
+        "run_status",
+        "case",
+        "status",
+        "median_us",
+        "eager_us",
+        "cublas_us",
+        "t_sol_us",
+        "score",
+    }
     assert expected <= set(h.columns)
     assert list(h["started_at"]) == sorted(h["started_at"])
     assert len(queries.history(db, case="4,128")) == 5
@@ -300,8 +359,9 @@ def test_history_filters_and_limit(db):
 
 def test_gaps(db):
     ingest_result(db, make_result(run_id="a", commit="ca", cases=FEW, medians=100.0, started_at=BASE_TIME))
-    ingest_result(db, make_result(run_id="b", commit="cb", cases=FEW, medians=110.0,
-                                  started_at=BASE_TIME + timedelta(hours=1)))  # fmt: skip
+    ingest_result(
+        db, make_result(run_id="b", commit="cb", cases=FEW, medians=110.0, started_at=BASE_TIME + timedelta(hours=1))
+    )
     g = queries.gaps(db).set_index("case")  # latest run: b
     assert (g["run_id"] == "b").all()
     assert g.loc["__suite__", "gap"] == pytest.approx(0.10)
@@ -367,8 +427,9 @@ def test_sample_spread_and_protocol_names(db):
     spread = queries.sample_spread(db, ["spread"])
     assert len(spread) == len(doc["cases"])
     for case in doc["cases"]:
-        samples = next(t["samples_us"] for t in case["timings"]
-                       if t["impl"] == "kernel" and t["protocol"] == doc["protocol"])  # fmt: skip
+        samples = next(
+            t["samples_us"] for t in case["timings"] if t["impl"] == "kernel" and t["protocol"] == doc["protocol"]
+        )
         row = spread[spread["case"] == case["case"]].iloc[0]
         assert row["q25_us"] == pytest.approx(np.quantile(samples, 0.25))
         assert row["q75_us"] == pytest.approx(np.quantile(samples, 0.75))

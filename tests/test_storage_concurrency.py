@@ -46,7 +46,7 @@ def test_reader_in_another_process_while_writing(tmp_path: Path):
     docs = [
         make_result(run_id=f"r{i}", commit=f"c{i}", cases=FEW, n_samples=10, started_at=BASE_TIME + timedelta(hours=i))
         for i in range(12)
-    ]  # fmt: skip
+    ]
     ingest_result(db, docs[0])
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, str(db.path), str(len(docs))], stdout=subprocess.PIPE, text=True

@@ -22,8 +22,12 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     e = git_env()
-    e.update(SOLCI_DB=str(tmp_path / "history.duckdb"), SOLCI_CACHE=str(tmp_path / "cache"),
-             PYTHONPATH=str(PROJECT), SOLCI_LOCK_TIMEOUT="20")  # fmt: skip
+    e.update(
+        SOLCI_DB=str(tmp_path / "history.duckdb"),
+        SOLCI_CACHE=str(tmp_path / "cache"),
+        PYTHONPATH=str(PROJECT),
+        SOLCI_LOCK_TIMEOUT="20",
+    )
     return e
 
 
@@ -33,8 +37,9 @@ def db(tmp_path: Path) -> Database:
 
 
 def solci(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ci.cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ci.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def queued(db: Database) -> list[tuple[str, str | None, str]]:
@@ -52,8 +57,7 @@ def clone_and_remote(tmp_path: Path) -> tuple[Path, object]:
 
 # ------------------------------------------------------------------------------------------------ watch
 @pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
-def test_watch_once_queues_every_pushed_commit_in_order(tmp_path: Path, env: dict, db: Database,
-                                                        as_url: bool) -> None:  # fmt: skip
+def test_watch_once_queues_every_pushed_commit_in_order(tmp_path: Path, env: dict, db: Database, as_url: bool) -> None:
     remote, work = clone_and_remote(tmp_path)
     target = f"file://{remote}" if as_url else str(remote)
     first = solci(["watch", target, "--once", "--queue-only"], env, tmp_path)
@@ -105,8 +109,9 @@ def test_post_receive_hook_queues_each_push(tmp_path: Path, env: dict, db: Datab
     assert sys.executable in hook.read_text()
 
     two = [work.commit_file("notes.txt", f"push1 {i}\n", f"push1 {i}") for i in range(2)]
-    push = subprocess.run(["git", "push", "origin", "main"], cwd=work.path, env=git_env(), capture_output=True,
-                          text=True)  # fmt: skip
+    push = subprocess.run(
+        ["git", "push", "origin", "main"], cwd=work.path, env=git_env(), capture_output=True, text=True
+    )
     assert push.returncode == 0, push.stderr
     assert queued(db) == [(sha, "main", "hook") for sha in two]
     one = work.commit_file("notes.txt", "push2\n", "push2")
@@ -178,9 +183,14 @@ def test_locked_database_is_reported(tmp_path: Path, env: dict) -> None:
     with Database(path).write():
         pass
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); "
-         "time.sleep(60)"], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         t = time.monotonic()
@@ -198,10 +208,13 @@ def test_read_commands_print_tables(tmp_path: Path, env: dict, db: Database) -> 
 
     ingest_result(db, make_result(commit="a" * 40, cases=["1,256"]))
     for args, expect in (
-        (["history"], "B1_S256"), (["history", "--case", "1,256", "--limit", "5"], "aaaaaaaaaaaa"),
-        (["flags"], "no changes detected"), (["records"], "published"), (["jobs"], "no jobs"),
+        (["history"], "B1_S256"),
+        (["history", "--case", "1,256", "--limit", "5"], "aaaaaaaaaaaa"),
+        (["flags"], "no changes detected"),
+        (["records"], "published"),
+        (["jobs"], "no jobs"),
         (["sql", "SELECT count(*) AS n FROM runs"], "n"),
-    ):  # fmt: skip
+    ):
         res = solci(args, env, tmp_path)
         assert res.returncode == 0, res.stderr
         assert expect in res.stdout, (args, res.stdout)

@@ -54,14 +54,23 @@ def _run_script(codes: list[int], tmp_path: Path) -> int:
     fake.chmod(0o755)
     repo = tmp_path / "repo"
     repo.mkdir()
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, env=env)
     shas = []
     for i in range(len(codes) + 1):
         subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", f"c{i}"], cwd=repo, check=True, env=env)
-        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                                   env=env).stdout.strip())  # fmt: skip
+        shas.append(
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, env=env
+            ).stdout.strip()
+        )
     env.update(SOLCI_HOME=str(home), SOLCI_GPU="gpu1", BEFORE=shas[0], AFTER=shas[-1], BRANCH="main")
     return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env, capture_output=True).returncode
 

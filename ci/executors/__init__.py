@@ -46,9 +46,13 @@ class MeasureOptions:
     def cli_args(self) -> list[str]:
         args: list[str] = []
         for flag, value in (
-            ("--cases", self.cases), ("--rounds", self.rounds), ("--warmup", self.warmup),
-            ("--iters", self.iters), ("--case-timeout", self.case_timeout), ("--impl", self.impl),
-        ):  # fmt: skip
+            ("--cases", self.cases),
+            ("--rounds", self.rounds),
+            ("--warmup", self.warmup),
+            ("--iters", self.iters),
+            ("--case-timeout", self.case_timeout),
+            ("--impl", self.impl),
+        ):
             if value is not None:
                 args += [flag, str(value)]
         return [*args, *self.extra_args]
