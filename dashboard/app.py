@@ -3,8 +3,9 @@
     streamlit run dashboard/app.py [-- --db PATH]       (or: solci dashboard [--db PATH] [--port 8501])
 
 The history file: ``--db`` after ``--``, else ``$SOLCI_DB``, else ``./.solci/history.duckdb``. The page only
-reads (read-only connections, opened per query and closed at once, retried while a runner writes); a storage
-error (locked too long, corrupt, newer schema) is shown in an error box.
+reads (read-only connections, opened per query and closed at once, retried while a runner writes) and never
+creates a history: a missing file, like any storage error (locked too long, corrupt, newer schema), is shown in
+an error box.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ except ImportError:  # `streamlit run dashboard/app.py` from a checkout that is 
 
 import streamlit as st
 
-from dashboard import views
-from storage.db import StorageError, default_db_path
+from dashboard import data, fmt, views
+from storage.db import HistoryMissingError, StorageError
 
 
-def db_path(argv: list[str]) -> Path:
+def db_path(argv: list[str]) -> str | Path:
+    """``--db`` after ``--``, else ``$SOLCI_DB``, else ``./.solci/history.duckdb`` (a path, or a lake spec)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--db")
     args, _ = parser.parse_known_args(argv)
-    return Path(args.db).expanduser() if args.db else default_db_path()
+    return data.history_location(args.db)
 
 
 def main() -> None:
@@ -36,8 +38,14 @@ def main() -> None:
     path = db_path(sys.argv[1:])
     try:
         views.render(path)
+    except HistoryMissingError as exc:
+        st.error(f"No history at this path; nothing was created.\n\n{fmt.md(exc)}")
+        st.caption(
+            "Measure a commit first (`solci up`, `solci run`), or serve an existing history: "
+            "`solci dashboard --db PATH`."
+        )
     except StorageError as exc:
-        st.error(f"Cannot read the history database `{path}`:\n\n{exc}")
+        st.error(f"Cannot read the history database:\n\n{fmt.md(exc)}")
         st.caption("The dashboard retries while a runner holds the file; use the Refresh button to try again.")
         if st.button("Refresh", key="refresh-after-error"):
             st.rerun()

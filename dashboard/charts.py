@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+
+from dashboard.fmt import html
 
 SUITE = "__suite__"  # storage.schema.SUITE (kept here so the module stays free of storage imports)
 
@@ -26,6 +28,7 @@ COLORS = {
     "t_sol": "#2ca02c",
     "project": "#1f77b4",
     "published": "#b0b0b0",
+    "run": "#9ecae1",
 }
 FLAG_STYLE: dict[str, tuple[str, str, str]] = {  # kind -> (marker symbol, colour, legend name)
     "regression": ("triangle-up", "#d62728", "regression"),
@@ -36,6 +39,19 @@ FLAG_STYLE: dict[str, tuple[str, str, str]] = {  # kind -> (marker symbol, colou
 }
 STATUS_COLORS = {"pass": "#1f77b4", "incorrect": "#d62728", "error": "#9467bd", "timeout": "#9467bd"}
 US = "µs"
+# plotly_white's look in the few keys these charts use (the full template is 7 kB in every figure sent)
+_GRID = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "ticks": "", "automargin": True}
+TEMPLATE = {
+    "layout": {
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"color": "#2a3f5f"},
+        "hoverlabel": {"align": "left"},
+        "xaxis": _GRID,
+        "yaxis": {**_GRID, "zerolinewidth": 2},
+        "colorway": ["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"],
+    }
+}
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -55,7 +71,7 @@ def run_labels(df: pd.DataFrame) -> dict[str, str]:
     for run_id, commit in zip(df["run_id"], df["commit"], strict=True):
         if run_id in out:
             continue
-        base = str(commit)[:8] if isinstance(commit, str) and commit else str(run_id)[:8]
+        base = html(str(commit)[:8] if isinstance(commit, str) and commit else str(run_id)[:8])
         seen[base] = seen.get(base, 0) + 1
         out[run_id] = base if seen[base] == 1 else f"{base} #{seen[base]}"
     return out
@@ -70,11 +86,13 @@ def _layout(fig: go.Figure, title: str, subtitle: str | None = None, *, height: 
     if subtitle:
         t["subtitle"] = {"text": subtitle}
     fig.update_layout(
-        title=t, height=height, template="plotly_white", hovermode="closest",
+        title=t,
+        height=height,
+        template=TEMPLATE,
+        hovermode="closest",
         margin={"l": 60, "r": 20, "t": 90 if subtitle else 60, "b": 50},
-        legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01,
-                "traceorder": "normal"},
-    )  # fmt: skip
+        legend={"orientation": "v", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 1.01, "traceorder": "normal"},
+    )
     return fig
 
 
@@ -91,63 +109,127 @@ def _fmt(v: object, digits: int = 2) -> str:
 
 
 def _flag_markers(
-    fig: go.Figure, flags: pd.DataFrame | None, case: str, labels: dict[str, str], y_of: dict[str, float],
-    **trace_kw: object,
-) -> None:  # fmt: skip
-    """One marker trace per flag kind for ``case``, at the run's x and y (``y_of`` by run_id)."""
+    flags: pd.DataFrame | None, case: str, labels: dict[str, str], y_of: dict[str, float], **trace_kw: object
+) -> list[dict]:
+    """One marker trace (a dict) per flag kind for ``case``, at the run's x and y (``y_of`` by run_id)."""
     if flags is None or flags.empty:
-        return
+        return []
     sub = flags[(flags["case"] == case) & flags["run_id"].isin(labels)]
+    out = []
     for kind, (symbol, color, name) in FLAG_STYLE.items():
         k = sub[sub["kind"] == kind]
         k = k[k["run_id"].map(lambda r: r in y_of and y_of[r] is not None and not pd.isna(y_of[r]))]
         if k.empty:
             continue
-        fig.add_trace(
-            go.Scatter(
-                x=[labels[r] for r in k["run_id"]], y=[y_of[r] for r in k["run_id"]], mode="markers",
-                name=name, marker={"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
-                text=list(k["message"]), hovertemplate="%{x}<br>%{text}<extra>" + name + "</extra>",
-                legendgroup=f"flag-{kind}", **trace_kw,
-            )
-        )  # fmt: skip
+        out.append(
+            {
+                "type": "scatter",
+                "x": [labels[r] for r in k["run_id"]],
+                "y": [y_of[r] for r in k["run_id"]],
+                "mode": "markers",
+                "name": name,
+                "marker": {"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
+                "text": [html(m) for m in k["message"]],
+                "hovertemplate": "%{x}<br>%{text}<extra>" + name + "</extra>",
+                "legendgroup": f"flag-{kind}",
+                **trace_kw,
+            }
+        )
+    return out
 
 
-def _step_lines(fig: go.Figure, steps: pd.DataFrame | None, case: str, labels: dict[str, str]) -> None:
-    """A dotted vertical line at the first run after each change point, annotated with the change."""
+def _step_lines(
+    steps: pd.DataFrame | None,
+    case: str,
+    labels: dict[str, str],
+    *,
+    xref: str = "x",
+    yref: str = "paper",
+    annotate: bool = True,
+) -> tuple[list[dict], list[dict]]:
+    """(shapes, annotations): a dotted vertical line at the run that opened each stored step, with its change."""
+    shapes: list[dict] = []
+    notes: list[dict] = []
     if steps is None or steps.empty:
-        return
+        return shapes, notes
     for row in steps[(steps["case"] == case) & steps["run_id"].isin(labels)].itertuples(index=False):
-        change = row.after_median / row.before_median - 1.0
+        change = float(row.change)
         x = labels[row.run_id]
-        fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
-                      line={"dash": "dot", "width": 1.5, "color": "#d62728" if change > 0 else "#2ca02c"})  # fmt: skip
-        fig.add_annotation(x=x, xref="x", y=1.0, yref="paper", text=f"step {change:+.1%}", showarrow=False,
-                           yanchor="bottom", font={"size": 10})  # fmt: skip
+        color = "#d62728" if change > 0 else "#2ca02c"
+        shapes.append(
+            {
+                "type": "line",
+                "xref": xref,
+                "yref": yref,
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"dash": "dot", "width": 1.5, "color": color},
+            }
+        )
+        if annotate:
+            notes.append(
+                {
+                    "x": x,
+                    "xref": xref,
+                    "y": 1.0,
+                    "yref": yref,
+                    "text": f"step {change:+.1%}",
+                    "showarrow": False,
+                    "yanchor": "bottom",
+                    "font": {"size": 10},
+                }
+            )
+    return shapes, notes
 
 
-def _reference(x: list, y: pd.Series, name: str, dash: str, color: str) -> go.Scatter:
+def _reference(x: list, y: pd.Series, name: str, dash: str, color: str) -> dict:
     """A baseline's line over the runs (with markers when too few runs for a line to show)."""
-    return go.Scatter(
-        x=x, y=y, mode="lines" if len(x) > 2 else "lines+markers", name=name, line={"dash": dash, "color": color},
-        hovertemplate="%{x}: %{y:.2f} " + US + "<extra>" + name + "</extra>",
-    )  # fmt: skip
+    return {
+        "type": "scatter",
+        "x": x,
+        "y": list(y),
+        "mode": "lines" if len(x) > 2 else "lines+markers",
+        "name": name,
+        "line": {"dash": dash, "color": color},
+        "hovertemplate": "%{x}: %{y:.2f} " + US + "<extra>" + name + "</extra>",
+    }
 
 
 def _latency_axis(hardware: str) -> str:
     return f"latency ({US}), {hardware}"
 
 
+def _figure(traces: list[dict], layout: dict) -> go.Figure:
+    """One Figure from plain trace and layout dicts (validated once, not trace by trace)."""
+    return go.Figure(data=traces, layout=layout)
+
+
+def _values(s: pd.Series, digits: int = 3) -> list:
+    """Plain floats for a trace, rounded (3 decimals of a microsecond; less to send and parse)."""
+    return [None if pd.isna(v) else round(float(v), digits) for v in s]
+
+
+def _when(s: pd.Series) -> list[str]:
+    return [str(v)[:16] for v in s]
+
+
 # ------------------------------------------------------------------------------------------------ history
 def case_history_figure(
-    hist: pd.DataFrame, *, case: str, hardware: str, protocol: str = "", flags: pd.DataFrame | None = None,
+    hist: pd.DataFrame,
+    *,
+    case: str,
+    hardware: str,
+    protocol: str = "",
+    flags: pd.DataFrame | None = None,
     steps: pd.DataFrame | None = None,
-) -> go.Figure:  # fmt: skip
+) -> go.Figure:
     """Latency of one case over the runs (oldest first): the kernel's median with the p25-p75 band of its
-    samples, eager and cuBLAS as reference lines, T_SOL, flag markers and change-point lines.
+    samples, eager and cuBLAS as reference lines, T_SOL, flag markers and the stored steps' lines.
 
-    ``hist``: queries.history rows (run_id, commit, branch, started_at, hardware, case, status, median_us,
-    eager_us, cublas_us, t_sol_us), optionally q25_us, q75_us, min_us, max_us (dashboard.data.case_history)."""
+    ``hist``: per run x case rows (run_id, commit, branch, started_at, hardware, case, status, median_us,
+    eager_us, cublas_us, t_sol_us), optionally q25_us, q75_us, min_us, max_us (dashboard.data.chart_cases)."""
     check_one_hardware(hist, hardware)
     title = f"{case_title(case)} latency — {hardware}"
     h = hist[hist["case"] == case] if not hist.empty else hist
@@ -155,167 +237,374 @@ def case_history_figure(
         return _empty(title, f"no runs of {case} on {hardware}")
     labels = run_labels(h)
     x = [labels[r] for r in h["run_id"]]
-    fig = go.Figure()
+    traces: list[dict] = []
     if {"q25_us", "q75_us"} <= set(h.columns) and h["q25_us"].notna().any():
-        fig.add_trace(go.Scatter(x=x, y=h["q75_us"], mode="lines", line={"width": 0}, showlegend=False,
-                                 hoverinfo="skip", name="p75"))  # fmt: skip
-        fig.add_trace(go.Scatter(x=x, y=h["q25_us"], mode="lines", line={"width": 0}, fill="tonexty",
-                                 fillcolor=COLORS["band"], name="kernel p25–p75", hoverinfo="skip"))  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": _values(h["q75_us"]),
+                "mode": "lines",
+                "line": {"width": 0},
+                "showlegend": False,
+                "hoverinfo": "skip",
+                "name": "p75",
+            }
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": _values(h["q25_us"]),
+                "mode": "lines",
+                "line": {"width": 0},
+                "fill": "tonexty",
+                "fillcolor": COLORS["band"],
+                "name": "kernel p25–p75",
+                "hoverinfo": "skip",
+            }
+        )
     spread = [
         f"p25–p75 {_fmt(a)}–{_fmt(b)}, min {_fmt(c)}, max {_fmt(d)}"
-        for a, b, c, d in zip(*(h[k] if k in h.columns else [None] * len(h) for k in ("q25_us", "q75_us",
-                                                                                    "min_us", "max_us")),
-                              strict=True)
-    ]  # fmt: skip
-    custom = list(zip(h["commit"].astype(str), h["branch"].fillna("").astype(str),
-                      h["started_at"].astype(str), h["status"].astype(str), spread, strict=True))  # fmt: skip
-    fig.add_trace(
-        go.Scatter(
-            x=x, y=h["median_us"], mode="lines+markers", name="kernel median", line={"color": COLORS["kernel"]},
-            customdata=custom,
-            hovertemplate=("%{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<br>median %{y:.2f} " + US
-                           + "<br>%{customdata[4]}<br>status %{customdata[3]}<extra></extra>"),
+        for a, b, c, d in zip(
+            *(h[k] if k in h.columns else [None] * len(h) for k in ("q25_us", "q75_us", "min_us", "max_us")),
+            strict=True,
         )
-    )  # fmt: skip
+    ]
+    custom = [
+        list(t)
+        for t in zip(
+            h["commit"].map(lambda c: html(str(c)[:12])),
+            h["branch"].map(html),
+            _when(h["started_at"]),
+            h["status"].astype(str),
+            spread,
+            strict=True,
+        )
+    ]
+    traces.append(
+        {
+            "type": "scatter",
+            "x": x,
+            "y": _values(h["median_us"]),
+            "mode": "lines+markers",
+            "name": "kernel median",
+            "line": {"color": COLORS["kernel"]},
+            "customdata": custom,
+            "hovertemplate": "%{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<br>median %{y:.2f} "
+            + US
+            + "<br>%{customdata[4]}<br>status %{customdata[3]}<extra></extra>",
+        }
+    )
     for key, name, dash in (("eager_us", "eager (PyTorch)", "dash"), ("cublas_us", "cuBLAS (2 GEMMs)", "dot")):
         if key in h.columns and h[key].notna().any():
             color = COLORS["eager" if key == "eager_us" else "cublas"]
-            fig.add_trace(_reference(x, h[key], name, dash, color))
+            traces.append(_reference(x, _values(h[key]), name, dash, color))
     if "t_sol_us" in h.columns and h["t_sol_us"].notna().any():
         t_sol = float(h["t_sol_us"].dropna().iloc[-1])
-        fig.add_trace(go.Scatter(x=[x[0], x[-1]], y=[t_sol, t_sol], mode="lines", name=f"T_SOL {t_sol:.1f} {US}",
-                                 line={"dash": "dashdot", "color": COLORS["t_sol"]}, hoverinfo="skip"))  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [x[0], x[-1]],
+                "y": [t_sol, t_sol],
+                "mode": "lines",
+                "name": f"T_SOL {t_sol:.1f} {US}",
+                "line": {"dash": "dashdot", "color": COLORS["t_sol"]},
+                "hoverinfo": "skip",
+            }
+        )
     y_of = dict(zip(h["run_id"], h["median_us"].where(h["median_us"].notna(), h.get("eager_us")), strict=True))
-    _flag_markers(fig, flags, case, labels, y_of)
-    _step_lines(fig, steps, case, labels)
-    fig.update_xaxes(title_text="commit (oldest → newest)", type="category")
-    fig.update_yaxes(title_text=_latency_axis(hardware), rangemode="tozero")
+    traces += _flag_markers(flags, case, labels, y_of)
+    shapes, notes = _step_lines(steps, case, labels)
     sub = f"protocol {protocol}; " if protocol else ""
+    fig = _figure(
+        traces,
+        {
+            "shapes": shapes,
+            "annotations": notes,
+            "xaxis": {"title": {"text": "commit (oldest → newest)"}, "type": "category", "nticks": 24},
+            "yaxis": {"title": {"text": _latency_axis(hardware)}, "rangemode": "tozero"},
+        },
+    )
     return _layout(fig, title, sub + "median of the timed iterations, band p25–p75 of the raw samples")
 
 
 def suite_history_figure(
-    runs: pd.DataFrame, *, hardware: str, protocol: str = "", flags: pd.DataFrame | None = None,
-    steps: pd.DataFrame | None = None, t_sol_us: float | None = None,
-) -> go.Figure:  # fmt: skip
-    """Suite geometric mean over the runs (oldest first; queries.runs rows), eager and cuBLAS geomeans as
-    reference lines, the geomean T_SOL, runs without a suite figure (a case failed) marked."""
+    runs: pd.DataFrame,
+    *,
+    hardware: str,
+    protocol: str = "",
+    flags: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
+    t_sol_us: float | None = None,
+) -> go.Figure:
+    """Suite geometric mean over the runs (oldest first; one row per run), eager and cuBLAS geomeans as
+    reference lines, the geomean T_SOL, runs without a suite figure (a case failed) marked, stored steps."""
     check_one_hardware(runs, hardware)
     title = f"Suite geometric mean — {hardware}"
     if runs.empty:
         return _empty(title, f"no runs on {hardware}")
     labels = run_labels(runs)
     x = [labels[r] for r in runs["run_id"]]
-    fig = go.Figure()
-    custom = list(zip(runs["commit"].astype(str), runs["branch"].fillna("").astype(str),
-                      runs["started_at"].astype(str), runs["status"].astype(str),
-                      (runs["score"] * 100).round(1).astype(str), strict=True))  # fmt: skip
-    fig.add_trace(
-        go.Scatter(
-            x=x, y=runs["geomean_us"], mode="lines+markers", name="kernel geomean",
-            line={"color": COLORS["kernel"], "width": 3}, customdata=custom,
-            hovertemplate=("%{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<br>geomean %{y:.2f} " + US
-                           + "<br>SOL score %{customdata[4]}%<br>status %{customdata[3]}<extra></extra>"),
+    scores = (runs["score"] * 100).round(1).where(runs["status"] == "pass")
+    custom = [
+        list(t)
+        for t in zip(
+            runs["commit"].map(lambda c: html(str(c)[:12])),
+            runs["branch"].map(html),
+            _when(runs["started_at"]),
+            runs["status"].astype(str),
+            ["–" if pd.isna(v) else f"{v}%" for v in scores],
+            strict=True,
         )
-    )  # fmt: skip
-    for key, name, dash in (("geomean_eager_us", "eager (PyTorch)", "dash"),
-                            ("geomean_cublas_us", "cuBLAS (2 GEMMs)", "dot")):  # fmt: skip
+    ]
+    traces: list[dict] = [
+        {
+            "type": "scatter",
+            "x": x,
+            "y": _values(runs["geomean_us"]),
+            "mode": "lines+markers",
+            "name": "kernel geomean",
+            "line": {"color": COLORS["kernel"], "width": 3},
+            "customdata": custom,
+            "hovertemplate": "%{customdata[0]} (%{customdata[1]})<br>%{customdata[2]}<br>geomean %{y:.2f} "
+            + US
+            + "<br>SOL score %{customdata[4]}<br>status %{customdata[3]}<extra></extra>",
+        }
+    ]
+    for key, name, dash in (
+        ("geomean_eager_us", "eager (PyTorch)", "dash"),
+        ("geomean_cublas_us", "cuBLAS (2 GEMMs)", "dot"),
+    ):
         if runs[key].notna().any():
             color = COLORS["eager" if "eager" in key else "cublas"]
-            fig.add_trace(_reference(x, runs[key], name, dash, color))
+            traces.append(_reference(x, _values(runs[key]), name, dash, color))
     if t_sol_us:
-        fig.add_trace(go.Scatter(x=[x[0], x[-1]], y=[t_sol_us, t_sol_us], mode="lines",
-                                 name=f"T_SOL geomean {t_sol_us:.1f} {US}",
-                                 line={"dash": "dashdot", "color": COLORS["t_sol"]}, hoverinfo="skip"))  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [x[0], x[-1]],
+                "y": [t_sol_us, t_sol_us],
+                "mode": "lines",
+                "name": f"T_SOL geomean {t_sol_us:.1f} {US}",
+                "line": {"dash": "dashdot", "color": COLORS["t_sol"]},
+                "hoverinfo": "skip",
+            }
+        )
     anchor = runs["geomean_us"].ffill().fillna(runs["geomean_cublas_us"]).fillna(runs["geomean_eager_us"])
     y_of = dict(zip(runs["run_id"], anchor, strict=True))
     failed = runs[(runs["status"] != "pass") & anchor.notna()]
     if not failed.empty:
-        fig.add_trace(go.Scatter(
-            x=[labels[r] for r in failed["run_id"]], y=[y_of[r] for r in failed["run_id"]], mode="markers",
-            name="run failed (no suite figure)", marker={"symbol": "x", "size": 14, "color": "#8b0000"},
-            text=[f"{s}: {p}/{n} cases passed" for s, p, n in zip(failed["status"], failed["n_pass"],
-                                                                  failed["n_cases"], strict=True)],
-            hovertemplate="%{x}<br>%{text}<extra></extra>",
-        ))  # fmt: skip
-    _flag_markers(fig, flags, SUITE, labels, y_of)
-    _step_lines(fig, steps, SUITE, labels)
-    fig.update_xaxes(title_text="commit (oldest → newest)", type="category")
-    fig.update_yaxes(title_text=f"geomean {_latency_axis(hardware)}", rangemode="tozero")
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [labels[r] for r in failed["run_id"]],
+                "y": [y_of[r] for r in failed["run_id"]],
+                "mode": "markers",
+                "name": "run failed (no suite figure)",
+                "marker": {"symbol": "x", "size": 14, "color": "#8b0000"},
+                "text": [
+                    f"{s}: {p}/{n} cases passed"
+                    for s, p, n in zip(failed["status"], failed["n_pass"], failed["n_cases"], strict=True)
+                ],
+                "hovertemplate": "%{x}<br>%{text}<extra></extra>",
+            }
+        )
+    traces += _flag_markers(flags, SUITE, labels, y_of)
+    shapes, notes = _step_lines(steps, SUITE, labels)
     sub = f"protocol {protocol}; " if protocol else ""
+    fig = _figure(
+        traces,
+        {
+            "shapes": shapes,
+            "annotations": notes,
+            "xaxis": {"title": {"text": "commit (oldest → newest)"}, "type": "category", "nticks": 24},
+            "yaxis": {"title": {"text": f"geomean {_latency_axis(hardware)}"}, "rangemode": "tozero"},
+        },
+    )
     return _layout(fig, title, sub + "geometric mean of the per-case medians (passing runs)")
 
 
 def case_grid_figure(
-    hist: pd.DataFrame, *, hardware: str, protocol: str = "", flags: pd.DataFrame | None = None,
+    hist: pd.DataFrame,
+    *,
+    hardware: str,
+    protocol: str = "",
+    flags: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
     columns: int = 4,
-) -> go.Figure:  # fmt: skip
-    """Small multiples: every case's median (and eager) over the runs, flags marked, each with its own y axis."""
+) -> go.Figure:
+    """Small multiples: every case's kernel median over the runs, flags marked, stored steps as dotted lines,
+    each with its own y axis and a few commit labels on its x axis (the baselines are in the one-case chart)."""
     check_one_hardware(hist, hardware)
     title = f"All cases — {hardware}"
     if hist.empty:
         return _empty(title, f"no runs on {hardware}")
     order = hist.drop_duplicates("case").sort_values(["m", "case"])["case"].tolist()
     rows = math.ceil(len(order) / columns)
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=order, vertical_spacing=0.5 / max(rows, 1) / 2,
-                        horizontal_spacing=0.05)  # fmt: skip
+    hgap, vgap = 0.05, 0.32 / max(rows, 1)
+    width = (1.0 - hgap * (columns - 1)) / columns
+    height = (1.0 - vgap * (rows - 1)) / rows
     labels = run_labels(hist)
+    layout: dict = {"shapes": [], "annotations": []}
+    traces: list[dict] = []
     shown: set[str] = set()
-    for i, case in enumerate(order):
-        r, c = i // columns + 1, i % columns + 1
-        h = hist[hist["case"] == case]
+    kinds: set[tuple[str, str, str]] = set()
+    for i, (case, h) in enumerate(zip(order, (hist[hist["case"] == c] for c in order), strict=True)):
+        r, c = divmod(i, columns)
+        n = "" if i == 0 else str(i + 1)
+        x0, y1 = c * (width + hgap), 1.0 - r * (height + vgap)
+        x1, y0 = min(1.0, x0 + width), max(0.0, y1 - height)
+        layout[f"xaxis{n}"] = {
+            "domain": [x0, x1],
+            "anchor": f"y{n}",
+            "type": "category",
+            "nticks": 3,
+            "tickangle": 0,
+            "tickfont": {"size": 8},
+        }
+        layout[f"yaxis{n}"] = {
+            "domain": [y0, min(1.0, y1)],
+            "anchor": f"x{n}",
+            "rangemode": "tozero",
+            "tickfont": {"size": 9},
+        }
+        if c == 0:
+            layout[f"yaxis{n}"]["title"] = {"text": f"{US}, {hardware}"}
+        layout["annotations"].append(
+            {
+                "text": case,
+                "x": x0 + width / 2,
+                "y": y1,
+                "xref": "paper",
+                "yref": "paper",
+                "xanchor": "center",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 12},
+            }
+        )
         x = [labels[q] for q in h["run_id"]]
-        lines = (("median_us", "kernel median", {"color": COLORS["kernel"]}),
-                 ("eager_us", "eager (PyTorch)", {"color": COLORS["eager"], "dash": "dash"}))  # fmt: skip
+        lines = (("median_us", "kernel median", {"color": COLORS["kernel"]}),)  # eager: in the one-case chart
         for key, name, style in lines:
             if key not in h.columns or not h[key].notna().any():
                 continue
-            fig.add_trace(go.Scatter(x=x, y=h[key], mode="lines", name=name, line=style, legendgroup=name,
-                                     showlegend=name not in shown,
-                                     hovertemplate=f"{case}<br>%{{x}}: %{{y:.2f}} {US}<extra>{name}</extra>"),
-                          row=r, col=c)  # fmt: skip
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": _values(h[key]),
+                    "mode": "lines",
+                    "name": name,
+                    "line": style,
+                    "legendgroup": name,
+                    "showlegend": name not in shown,
+                    "xaxis": f"x{n}",
+                    "yaxis": f"y{n}",
+                    "hovertemplate": f"{case}<br>%{{x}}: %{{y:.2f}} {US}<extra>{name}</extra>",
+                }
+            )
             shown.add(name)
         y_of = dict(zip(h["run_id"], h["median_us"].where(h["median_us"].notna(), h.get("eager_us")), strict=True))
-        before = len(fig.data)
-        _flag_markers(fig, flags, case, {q: labels[q] for q in h["run_id"]}, y_of)
-        for tr in fig.data[before:]:
-            tr.update(xaxis=f"x{i + 1}" if i else "x", yaxis=f"y{i + 1}" if i else "y",
-                      showlegend=tr.legendgroup not in shown, marker_size=9)  # fmt: skip
-            shown.add(tr.legendgroup)
-    fig.update_xaxes(type="category", showticklabels=False)
-    fig.update_yaxes(rangemode="tozero", tickfont={"size": 9})
-    fig.update_yaxes(title_text=f"{US}, {hardware}", col=1)
+        marks = _flag_markers(flags, case, {q: labels[q] for q in h["run_id"]}, y_of)
+        if marks:  # one trace per panel for all its marks (a trace per kind and panel costs the browser dearly)
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "xaxis": f"x{n}",
+                    "yaxis": f"y{n}",
+                    "showlegend": False,
+                    "x": [v for t in marks for v in t["x"]],
+                    "y": [v for t in marks for v in t["y"]],
+                    "text": [v for t in marks for v in t["text"]],
+                    "marker": {
+                        "size": 9,
+                        "line": {"width": 1},
+                        "symbol": [t["marker"]["symbol"] for t in marks for _ in t["x"]],
+                        "color": [t["marker"]["color"] for t in marks for _ in t["x"]],
+                    },
+                    "hovertemplate": f"{case} %{{x}}<br>%{{text}}<extra></extra>",
+                }
+            )
+            kinds.update((t["name"], t["marker"]["symbol"], t["marker"]["color"]) for t in marks)
+        lines_, _ = _step_lines(
+            steps, case, {q: labels[q] for q in h["run_id"]}, xref=f"x{n}", yref=f"y{n} domain", annotate=False
+        )
+        layout["shapes"] += lines_
     sub = f"protocol {protocol}; " if protocol else ""
-    return _layout(fig, title, sub + "kernel median per run; hover for the commit", height=max(300, 230 * rows))
+    for name, symbol, color in sorted(kinds):  # the marks' legend: one entry per kind, no point of its own
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": [None],
+                "y": [None],
+                "name": name,
+                "marker": {"symbol": symbol, "color": color, "size": 9},
+                "hoverinfo": "skip",
+            }
+        )
+    fig = _figure(traces, layout)
+    return _layout(
+        fig,
+        title,
+        sub + "kernel median per run (x: commit, oldest → newest); dotted: stored steps",
+        height=max(320, 250 * rows),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ SOL
 def sol_scores_figure(cases: pd.DataFrame, *, hardware: str, run_label: str) -> go.Figure:
-    """The SOL score per case of one run as bars (% of SOL): 50% is the eager baseline, 100% is T_SOL.
+    """The SOL score per case of one run as bars (% of SOL): 50% is the eager baseline, 100% is T_SOL. A case
+    that did not pass has no score: no bar, its status written where the bar would be (never a 0 % bar).
 
-    ``cases``: rows with case, status, score (0..1), median_us, t_sol_us (queries.run_cases)."""
+    ``cases``: rows with case, status, score (0..1), median_us, t_sol_us (dashboard.data.sol_table)."""
     check_one_hardware(cases, hardware)
     title = f"SOL score per case — {hardware}, {run_label}"
     if cases.empty or not cases["score"].notna().any():
-        return _empty(title, f"no SOL score on {hardware} (no peak-rate model for it)")
-    pct = cases["score"] * 100
+        return _empty(title, f"no SOL score on {hardware} (no peak-rate model for it, or no passing case)")
+    ok = (cases["status"] == "pass") & cases["score"].notna()
+    pct = (cases["score"] * 100).where(ok)
     fig = go.Figure(
         go.Bar(
-            x=cases["case"], y=pct, name="SOL score",
+            x=cases["case"],
+            y=pct.fillna(0.0),
+            name="SOL score",
             marker_color=[STATUS_COLORS.get(s, "#7f7f7f") for s in cases["status"]],
-            text=[("-" if pd.isna(p) else f"{p:.0f}%") for p in pct], textposition="outside",
+            text=[(f"{p:.0f}%" if good else str(s)) for p, good, s in zip(pct, ok, cases["status"], strict=True)],
+            textposition="outside",
             customdata=list(zip(cases["status"], cases["median_us"], cases["t_sol_us"], strict=True)),
-            hovertemplate=("%{x}: %{y:.1f}% of SOL<br>median %{customdata[1]:.2f} " + US + ", T_SOL "
-                           + "%{customdata[2]:.2f} " + US + "<br>status %{customdata[0]}<extra></extra>"),
+            hovertemplate=(
+                "%{x}: %{text}<br>median %{customdata[1]:.2f} "
+                + US
+                + ", T_SOL "
+                + "%{customdata[2]:.2f} "
+                + US
+                + "<br>status %{customdata[0]}<extra></extra>"
+            ),
         )
-    )  # fmt: skip
-    fig.add_hline(y=50, line={"dash": "dash", "color": COLORS["eager"]}, annotation_text="eager baseline (50%)",
-                  annotation_position="top left")  # fmt: skip
-    fig.add_hline(y=100, line={"dash": "dashdot", "color": COLORS["t_sol"]}, annotation_text="T_SOL (100%)",
-                  annotation_position="top left")  # fmt: skip
+    )
+    fig.add_hline(
+        y=50,
+        line={"dash": "dash", "color": COLORS["eager"]},
+        annotation_text="eager baseline (50%)",
+        annotation_position="top left",
+    )
+    fig.add_hline(
+        y=100,
+        line={"dash": "dashdot", "color": COLORS["t_sol"]},
+        annotation_text="T_SOL (100%)",
+        annotation_position="top left",
+    )
     fig.update_xaxes(title_text="case (ordered by M = B·S)", type="category")
     fig.update_yaxes(title_text=f"% of SOL, {hardware}", range=[0, 112])
-    return _layout(fig, title, "S = 1 / (1 + (T_k − T_SOL) / (T_b − T_SOL)), T_b = this run's eager; failed = 0")
+    return _layout(
+        fig,
+        title,
+        "S = 1 / (1 + (T_k − T_SOL) / (T_b − T_SOL)), T_b = this run's eager; higher is "
+        "better; a failed case has no score",
+    )
 
 
 def sol_latency_figure(cases: pd.DataFrame, *, hardware: str, run_label: str) -> go.Figure:
@@ -325,65 +614,115 @@ def sol_latency_figure(cases: pd.DataFrame, *, hardware: str, run_label: str) ->
     if cases.empty:
         return _empty(title, "no cases")
     fig = go.Figure()
-    for key, name, color in (("median_us", "kernel median", COLORS["kernel"]), ("t_sol_us", "T_SOL", COLORS["t_sol"]),
-                             ("cublas_us", "cuBLAS (2 GEMMs)", COLORS["cublas"]),
-                             ("eager_us", "eager (PyTorch)", COLORS["eager"])):  # fmt: skip
+    for key, name, color in (
+        ("median_us", "kernel median", COLORS["kernel"]),
+        ("t_sol_us", "T_SOL", COLORS["t_sol"]),
+        ("cublas_us", "cuBLAS (2 GEMMs)", COLORS["cublas"]),
+        ("eager_us", "eager (PyTorch)", COLORS["eager"]),
+    ):
         if key in cases.columns and cases[key].notna().any():
-            fig.add_trace(go.Bar(x=cases["case"], y=cases[key], name=name, marker_color=color,
-                                 hovertemplate="%{x}: %{y:.2f} " + US + "<extra>" + name + "</extra>"))  # fmt: skip
+            fig.add_trace(
+                go.Bar(
+                    x=cases["case"],
+                    y=cases[key],
+                    name=name,
+                    marker_color=color,
+                    hovertemplate="%{x}: %{y:.2f} " + US + "<extra>" + name + "</extra>",
+                )
+            )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title_text="case (ordered by M = B·S)", type="category")
     fig.update_yaxes(title_text=_latency_axis(hardware))
     return _layout(fig, title, "T_SOL = max(FLOPs / peak bf16 rate, bytes / DRAM bandwidth) of this GPU model")
 
 
-def records_figure(published: pd.DataFrame, *, hardware: str, project_score: float | None, run_label: str) -> go.Figure:
-    """The suite SOL score (% of SOL) of this run next to the published B200 leaderboard. Only the score is
+RECORDS_CAVEAT = (
+    "The project's SOL score uses its own eager PyTorch time as T_b and the datasheet peaks of its GPU for "
+    "T_SOL; the leaderboard's uses the benchmark's baseline on B200s. Only these scores are compared, never "
+    "the latencies."
+)
+
+
+def records_figure(
+    published: pd.DataFrame,
+    *,
+    hardware: str,
+    project_best: dict | None = None,
+    run_score: float | None = None,
+    run_label: str = "",
+) -> go.Figure:
+    """The project's best suite SOL score on ``hardware`` (``project_best``: score 0..1, commit) next to the
+    published B200 leaderboard, and the shown run's score (``run_score``) when it differs. Only the score is
     compared: the leaderboard's latencies are B200 microseconds and appear in hover text only."""
-    title = f"Suite SOL score: {hardware} vs the B200 leaderboard"
+    title = f"Suite SOL score: the project on {hardware} vs the B200 leaderboard"
     names: list[str] = []
     pcts: list[float] = []
     colors: list[str] = []
     hover: list[str] = []
     for row in published.itertuples(index=False):
-        names.append(f"#{int(row.rank)} {row.implementation} (B200)")
+        names.append(f"#{int(row.rank)} {html(row.implementation)} (B200)")
         pcts.append(float(row.pct_sol))
         colors.append(COLORS["published"])
         hover.append(f"B200 leaderboard, observed {str(row.observed_at)[:10]}")
-    if project_score is not None and not pd.isna(project_score):
-        names.append(f"this run {run_label} ({hardware})")
-        pcts.append(float(project_score) * 100)
+    best = None if not project_best or pd.isna(project_best.get("score")) else float(project_best["score"]) * 100
+    if best is not None:
+        names.append(f"solci best, {html(str(project_best.get('commit') or '')[:8])} ({html(hardware)})")
+        pcts.append(best)
         colors.append(COLORS["project"])
-        hover.append(f"{hardware}, T_b = the run's eager PyTorch")
+        hover.append(f"the project's best passing run on {html(hardware)}; T_b = its eager PyTorch")
+    if run_score is not None and not pd.isna(run_score) and (best is None or abs(float(run_score) * 100 - best) > 1e-9):
+        names.append(f"shown run {html(run_label)} ({html(hardware)})")
+        pcts.append(float(run_score) * 100)
+        colors.append(COLORS["run"])
+        hover.append(f"the run picked in the sidebar, on {html(hardware)}")
     if not names:
         return _empty(title, "no leaderboard rows and no score")
     order = sorted(range(len(names)), key=lambda i: (pcts[i], -i))  # bottom to top; ties: better rank on top
     fig = go.Figure(
         go.Bar(
-            y=[names[i] for i in order], x=[pcts[i] for i in order], orientation="h",
-            marker_color=[colors[i] for i in order], text=[f"{pcts[i]:.0f}%" for i in order],
-            textposition="outside", customdata=[hover[i] for i in order],
-            hovertemplate="%{y}: %{x:.1f}% of SOL<br>%{customdata}<extra></extra>", name="% of SOL",
+            y=[names[i] for i in order],
+            x=[pcts[i] for i in order],
+            orientation="h",
+            marker_color=[colors[i] for i in order],
+            text=[f"{pcts[i]:.0f}%" for i in order],
+            textposition="outside",
+            customdata=[hover[i] for i in order],
+            hovertemplate="%{y}: %{x:.1f}% of SOL<br>%{customdata}<extra></extra>",
+            name="% of SOL",
         )
-    )  # fmt: skip
+    )
     fig.add_vline(x=50, line={"dash": "dash", "color": COLORS["eager"]})
-    fig.update_xaxes(title_text="% of SOL (mean SOL score × 100; comparable across GPUs)", range=[0, 105])
+    fig.update_xaxes(
+        title_text="% of SOL (mean SOL score × 100; higher is better; comparable across GPUs)", range=[0, 105]
+    )
     fig.update_yaxes(title_text="")
-    return _layout(fig, title, "compared only through the SOL score; B200 and " + hardware
-                   + " latencies (µs) are never compared", height=max(320, 30 * len(names) + 140))  # fmt: skip
+    return _layout(
+        fig,
+        title,
+        "compared only through the SOL score; B200 and " + hardware + " latencies (µs) are never compared",
+        height=max(320, 30 * len(names) + 140),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ one run
+def _has_samples(v: object) -> bool:
+    return isinstance(v, (list, tuple, np.ndarray)) and len(v) > 0
+
+
 def samples_figure(samples: pd.DataFrame, *, hardware: str, run_label: str, relative: bool = True) -> go.Figure:
-    """The raw kernel samples of one run (queries.run_samples rows): a box with every point per case.
+    """The raw kernel samples of one run (queries.run_samples rows): a box with every point per case. Cases
+    without samples (an error or timeout has none) are left out and named in the subtitle.
 
     ``relative``: each sample as its deviation from the case's median (%), so the spread of small and large
     cases reads on one axis; otherwise latencies (log axis when they span more than 20x)."""
     check_one_hardware(samples, hardware)
     title = f"Raw samples per case — {hardware}, {run_label}"
-    have = samples[samples["samples_us"].map(lambda s: s is not None and len(s) > 0)] if not samples.empty else samples
-    if have.empty:
+    if samples.empty:
         return _empty(title, "no timed samples in this run")
+    mask = samples["samples_us"].map(_has_samples)
+    have, without = samples[mask], samples[~mask]
+    if have.empty:
+        return _empty(title, f"no timed samples in this run ({len(without)} cases without: failed before timing)")
     fig = go.Figure()
     lo, hi = math.inf, 0.0
     for row in have.itertuples(index=False):
@@ -393,13 +732,27 @@ def samples_figure(samples: pd.DataFrame, *, hardware: str, run_label: str, rela
         ys = [(v / med - 1.0) * 100 for v in xs] if relative else xs
         text = [f"{v:.2f} {US}" for v in xs]
         hover = f"{row.case}: %{{text}}<extra>{row.status}, median {med:.2f} {US}</extra>"
-        fig.add_trace(go.Box(y=ys, name=row.case, boxpoints="all", jitter=0.4, pointpos=0, marker={"size": 3},
-                             marker_color=STATUS_COLORS.get(row.status, "#7f7f7f"), showlegend=False, text=text,
-                             hovertemplate=hover))  # fmt: skip
+        fig.add_trace(
+            go.Box(
+                y=ys,
+                name=row.case,
+                boxpoints="all",
+                jitter=0.4,
+                pointpos=0,
+                marker={"size": 3},
+                marker_color=STATUS_COLORS.get(row.status, "#7f7f7f"),
+                showlegend=False,
+                text=text,
+                hovertemplate=hover,
+            )
+        )
     fig.update_xaxes(title_text="case", type="category")
+    missing = f"; no samples: {', '.join(map(str, without['case']))}" if not without.empty else ""
     if relative:
         fig.update_yaxes(title_text=f"deviation from the case median (%), {hardware}", zeroline=True)
-        return _layout(fig, title, "each point one timed iteration of the kernel; hover for the latency")
+        return _layout(fig, title, "each point one timed iteration of the kernel; hover for the latency" + missing)
     log = lo > 0 and hi / lo > 20
     fig.update_yaxes(title_text=_latency_axis(hardware), type="log" if log else "linear")
-    return _layout(fig, title, "each point one timed iteration of the kernel" + ("; log scale" if log else ""))
+    return _layout(
+        fig, title, "each point one timed iteration of the kernel" + ("; log scale" if log else "") + missing
+    )

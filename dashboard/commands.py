@@ -32,6 +32,7 @@ from ci.common import (
     run_commit_now,
 )
 from ci.gitutil import GitError, local_repo
+from ci.read_commands import one_line_errors
 from ci.runner import EXIT_USAGE, exit_code_for
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -65,10 +66,24 @@ def port_free(host: str, port: int) -> bool:
 
 def streamlit_command(host: str, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "streamlit", "run", str(APP),
-        "--server.headless", "true", "--server.port", str(port), "--server.address", host,
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "dashboard.serve",
+        "run",
+        str(APP),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        host,
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "minimal",
+    ]
 
 
 def serve(db_path: Path, host: str, port: int) -> int:
@@ -76,9 +91,11 @@ def serve(db_path: Path, host: str, port: int) -> int:
     if not port_free(host, port):
         error(f"port {port} on {host} is already in use (another dashboard?); pick another with --port")
         return EXIT_USAGE
-    env = dict(os.environ, SOLCI_DB=str(db_path.resolve()))
+    root = str(APP.parents[1])  # `python -m dashboard.serve` finds the package from any working directory
+    path = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, SOLCI_DB=str(db_path.resolve()), PYTHONPATH=root + (os.pathsep + path if path else ""))
     url_host = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
-    echo(f"dashboard on http://{url_host}:{port} (history {db_path}); Ctrl-C to stop")
+    echo(f"dashboard on http://{url_host}:{os.getenv('SOLCI_PUBLIC_PORT', port)} (history {db_path}); Ctrl-C to stop")
     proc = subprocess.Popen(streamlit_command(host, port), env=env)
 
     def forward(signum: int, _frame: Any) -> None:
@@ -107,14 +124,19 @@ def _serve_exit(code: int) -> int:
 
 @handles_errors
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    db = open_db(args)
+    """Serve an existing history: a missing file is refused (exit 2, HistoryMissingError), never created."""
+    from storage.queries import protocol_names
+
+    db = open_db(args, create=False)
+    protocol_names(db)  # a first read: missing, corrupt, newer or locked files end here, in one line
     return serve(db.path, args.host, args.port)
 
 
 # ------------------------------------------------------------------------------------------------ up
 def _dirty(source: Path) -> bool:
-    proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=source,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=source, capture_output=True, text=True
+    )
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
@@ -126,10 +148,15 @@ def print_summary(db: Any, run_id: str) -> None:
     if info is None:
         return
     mode = "" if info["mode"] == info["hardware_label"] else f" ({info['mode']})"
-    print(f"\nrun {run_id} on {info['hardware_label']}{mode}, protocol {info['protocol']}: "
-          f"{info['status']}, {info['n_pass']}/{info['n_cases']} cases pass")  # fmt: skip
-    figures = [("suite geomean", info["geomean_us"], " us"), ("eager", info["geomean_eager_us"], " us"),
-               ("cuBLAS", info["geomean_cublas_us"], " us")]  # fmt: skip
+    print(
+        f"\nrun {run_id} on {info['hardware_label']}{mode}, protocol {info['protocol']}: "
+        f"{info['status']}, {info['n_pass']}/{info['n_cases']} cases pass"
+    )
+    figures = [
+        ("suite geomean", info["geomean_us"], " us"),
+        ("eager", info["geomean_eager_us"], " us"),
+        ("cuBLAS", info["geomean_cublas_us"], " us"),
+    ]
     parts = [f"{name} {v:.2f}{unit}" for name, v, unit in figures if v is not None]
     if info["score"] is not None:
         parts.append(f"SOL score {info['score'] * 100:.1f}%")
@@ -146,20 +173,25 @@ def print_summary(db: Any, run_id: str) -> None:
 @handles_errors
 def cmd_up(args: argparse.Namespace) -> int:
     from ci.executors import EXECUTOR_ENV
+
     db = open_db(args)
     if args.executor is None and not os.environ.get(EXECUTOR_ENV):
         args.executor = "local"
     if not args.no_serve and not port_free(args.host, args.port):  # fail before a measurement of minutes
-        error(f"port {args.port} on {args.host} is already in use (another dashboard?); pick another with --port "
-             "or pass --no-serve")  # fmt: skip
+        error(
+            f"port {args.port} on {args.host} is already in use (another dashboard?); pick another with --port "
+            "or pass --no-serve"
+        )
         return EXIT_USAGE
     try:
         source = local_repo(args.repo)
     except GitError as exc:
         raise GitError(f"{exc} (solci up measures a commit: commit your work first, or pass --repo)") from None
     if _dirty(source):
-        echo(f"{source} has uncommitted changes: they are not measured (only the commit {args.commit} is); "
-             "commit them and run `solci up` again")
+        echo(
+            f"{source} has uncommitted changes: they are not measured (only the commit {args.commit} is); "
+            "commit them and run `solci up` again"
+        )
     report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch)
     if report is None:
         return 130
@@ -175,25 +207,47 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ register
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: use 1-65535")
+    return port
+
+
 def _add_serve(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port of the dashboard (default {DEFAULT_PORT})")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to listen on (default {DEFAULT_HOST}; 0.0.0.0 for every interface)")  # fmt: skip
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"port of the dashboard, 1-65535 (default {DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}; 0.0.0.0 for every interface)",
+    )
 
 
 def register(subparsers: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser("dashboard", help="serve the dashboard (streamlit) on the history database")
+    one_line_errors(p)
     _add_serve(p)
     add_db_argument(p)
     p.set_defaults(func=cmd_dashboard)
 
     p = subparsers.add_parser(
-        "up", formatter_class=fmt,
+        "up",
+        formatter_class=fmt,
         help="measure this checkout's HEAD as CI does (local executor), store it, serve the dashboard",
         description=UP_DESCRIPTION,
-    )  # fmt: skip
+    )
+    one_line_errors(p)
     p.add_argument("--repo", default=".", help="repository whose commit is measured (default: .)")
     p.add_argument("--commit", default="HEAD", help="commit or revision (default HEAD)")
     p.add_argument("--branch", help="branch label (default: a branch holding the commit)")

@@ -1,7 +1,9 @@
-"""What the dashboard reads, on top of ``storage.queries`` (every query opens a read-only connection and
-closes it at once, so runners are never kept out for long).
+"""What the dashboard reads, on top of ``storage.queries`` (every query opens a read-only connection and closes
+it at once, so runners are never kept out for long), and the tables it shows, built from those reads.
 
-No SQL lives here: every query is a function of ``storage.queries``.
+No SQL lives here and nothing is judged here: verdicts, steps and drift are computed when a run is judged
+(``ci.judging``) and stored; this module only reads them. Reads are bounded: one selection's newest N runs
+(the sidebar's window), or aggregates computed in SQL; nothing loops over the whole history in Python.
 
 A *selection* is one hardware label and one protocol: series never mix either.
 """
@@ -9,23 +11,30 @@ A *selection* is one hardware label and one protocol: series never mix either.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ci.hardware import CPU_LABEL
+from dashboard import fmt
+from storage import db as storage_db
 from storage import queries
 from storage.db import Database
-from storage.jobs import list_jobs
 from storage.schema import SUITE
 
 DASHBOARD_LOCK_ENV = "SOLCI_DASHBOARD_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
+DEFAULT_WINDOW = 200
 EMPTY_MESSAGE = (
     "No runs yet: run `solci up` (measures this checkout's HEAD and serves this page) "
     "or `solci run --repo PATH --commit SHA`, then refresh."
 )
+BOUNDARY_STATUSES = ("open", "fixed", "acknowledged", "improvement")  # ci.judge.BOUNDARY_STATUSES
+STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced")  # ci.judge.STEP_STATUSES
 
 
 @dataclass(frozen=True)
@@ -33,16 +42,46 @@ class Selection:
     hardware: str  # hardware label, e.g. "NVIDIA H200" or "cpu-interpreter"
     protocol: str  # protocol hash
     branch: str | None = None  # None: every branch
-    limit: int | None = None  # the most recent N runs of the selection
+    limit: int = DEFAULT_WINDOW  # the newest N runs of the selection
+
+
+_DBS: dict[tuple[str, float], Database] = {}
+_DBS_LOCK = threading.Lock()
+LAKE_TOKEN_S = 5.0  # a lake has no file to stat: what is read from it is read again after this many seconds
+
+
+def is_lake(spec: str | Path) -> bool:
+    """A ``ducklake:`` spec (storage.db's lake backend) rather than a file path."""
+    check = getattr(storage_db, "is_lake_spec", None)
+    return bool(check(str(spec))) if check is not None else False
+
+
+def history_location(argv_db: str | None = None) -> str | Path:
+    """The history the page reads: ``argv_db`` (``--db``), else ``$SOLCI_DB`` (a path or a lake spec), else
+    ``./.solci/history.duckdb``."""
+    if argv_db:
+        return argv_db if is_lake(argv_db) else Path(argv_db).expanduser()
+    spec = getattr(storage_db, "default_db_spec", storage_db.default_db_path)()
+    return spec if is_lake(spec) else Path(spec).expanduser()
 
 
 def open_db(path: str | Path | None = None) -> Database:
+    """A reader's handle on the history (``create=False``: a missing file is a HistoryMissingError, never a new
+    empty history); one handle per history and process, so the schema is checked once, not on every read."""
     timeout = float(os.environ.get(DASHBOARD_LOCK_ENV) or DEFAULT_LOCK_TIMEOUT_S)
-    return Database(path, lock_timeout=timeout)
+    key = (str(path) if path is not None else "", timeout)
+    with _DBS_LOCK:
+        db = _DBS.get(key)
+        if db is None:
+            db = _DBS[key] = Database(path, lock_timeout=timeout, create=False)
+        return db
 
 
 def db_token(path: str | Path) -> tuple:
-    """Changes whenever the file (or its write-ahead log) changes: the cache key of everything read."""
+    """Changes whenever the file (or its write-ahead log) changes: the cache key of everything read. A lake
+    (several hosts write it; no file here) changes it every ``LAKE_TOKEN_S`` seconds."""
+    if is_lake(path):
+        return ("lake", int(time.time() // LAKE_TOKEN_S))
     out: list = []
     for p in (Path(path), Path(f"{path}.wal")):
         try:
@@ -53,35 +92,50 @@ def db_token(path: str | Path) -> tuple:
     return tuple(out)
 
 
+def is_cpu(hardware: str) -> bool:
+    return hardware == CPU_LABEL
+
+
 # ------------------------------------------------------------------------------------------------ choices
-def all_runs(db: Database) -> pd.DataFrame:
-    """Every run, oldest first (queries.runs)."""
-    return queries.runs(db)
+def summary(db: Database) -> pd.DataFrame:
+    """One row per series (queries.series_summary): GPU series first, the newest passing run first."""
+    return queries.series_summary(db)
 
 
-def hardware_options(runs: pd.DataFrame) -> list[str]:
-    """Hardware labels, the one of the most recent run first."""
-    if runs.empty:
+def hardware_options(summ: pd.DataFrame) -> list[str]:
+    """Hardware labels, the default first: the hardware of the newest passing GPU run (the CPU interpreter only
+    when there is no GPU history), then the other GPUs, then the interpreter."""
+    if summ.empty:
         return []
-    last = runs.groupby("hardware", sort=False)["started_at"].max().sort_values(ascending=False)
-    return list(last.index)
+    order = summ.assign(cpu=summ["hardware"].map(is_cpu) | ~summ["gpu"].astype(bool))
+    order = order.sort_values(["cpu", "last_pass_at", "last_at"], ascending=[True, False, False], na_position="last")
+    return list(dict.fromkeys(order["hardware"]))
 
 
-def protocol_options(runs: pd.DataFrame, hardware: str) -> list[str]:
-    """Protocol hashes used on ``hardware``, the one of its most recent run first."""
-    sub = runs[runs["hardware"] == hardware]
-    if sub.empty:
+def protocol_options(summ: pd.DataFrame, hardware: str) -> list[str]:
+    """Protocol hashes used on ``hardware``, the one of its newest passing run first."""
+    sub = summ[summ["hardware"] == hardware]
+    sub = sub.sort_values(["last_pass_at", "last_at"], ascending=False, na_position="last")
+    return list(dict.fromkeys(sub["protocol"]))
+
+
+def protocol_names(summ: pd.DataFrame) -> dict[str, str]:
+    return {p: n for p, n in zip(summ["protocol"], summ["protocol_name"], strict=True) if not fmt.missing(n)}
+
+
+def branch_options(summ: pd.DataFrame, hardware: str, protocol: str) -> list[str]:
+    row = summ[(summ["hardware"] == hardware) & (summ["protocol"] == protocol)]
+    if row.empty:
         return []
-    last = sub.groupby("protocol", sort=False)["started_at"].max().sort_values(ascending=False)
-    return list(last.index)
+    branches = row.iloc[0]["branches"]
+    return [str(b) for b in branches] if isinstance(branches, (list, tuple, np.ndarray)) else []
 
 
-def default_selection(runs: pd.DataFrame) -> Selection | None:
-    """The most recent run's hardware and protocol."""
-    if runs.empty:
+def default_selection(summ: pd.DataFrame) -> Selection | None:
+    hw = hardware_options(summ)
+    if not hw:
         return None
-    last = runs.iloc[-1]
-    return Selection(str(last["hardware"]), str(last["protocol"]))
+    return Selection(hw[0], protocol_options(summ, hw[0])[0])
 
 
 def protocol_label(protocol: str, names: dict[str, str]) -> str:
@@ -90,74 +144,237 @@ def protocol_label(protocol: str, names: dict[str, str]) -> str:
     return f"{name} ({short})" if name and name != protocol else short
 
 
-def is_cpu(hardware: str) -> bool:
-    return hardware == CPU_LABEL
+# ------------------------------------------------------------------------------------------------ the window
+def run_labels(df: pd.DataFrame) -> dict[str, str]:
+    """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order (charts.run_labels)."""
+    from dashboard.charts import run_labels as labels
+
+    return labels(df)
 
 
-# ------------------------------------------------------------------------------------------------ series
-def selected_runs(db: Database, sel: Selection) -> pd.DataFrame:
-    """The selection's runs, oldest first (exactly this hardware label and protocol)."""
-    df = queries.runs(db, hardware=sel.hardware, protocol=sel.protocol)
-    df = df[(df["hardware"] == sel.hardware) & (df["protocol"] == sel.protocol)]
-    if sel.branch:
-        df = df[df["branch"] == sel.branch]
-    if sel.limit:
-        df = df.tail(sel.limit)
-    return df.reset_index(drop=True)
+def window(db: Database, sel: Selection) -> pd.DataFrame:
+    """The selection's newest ``sel.limit`` runs with their stored verdicts (queries.run_window), oldest first,
+    plus ``label`` (the commit as the charts show it) and ``passing`` (every case passed, not quarantined)."""
+    w = queries.run_window(db, hardware=sel.hardware, protocol=sel.protocol, branch=sel.branch, limit=sel.limit)
+    if w.empty:
+        return w.assign(label=pd.Series(dtype=str), passing=pd.Series(dtype=bool))
+    labels = run_labels(w)
+    passing = (w["status"] == "pass") & (w["n_pass"] == w["n_cases"]) & w["quarantine"].isna()
+    return w.assign(label=w["run_id"].map(labels), passing=passing)
 
 
-def case_history(db: Database, sel: Selection, run_ids: list[str]) -> pd.DataFrame:
-    """queries.history of the selected runs, with the spread of the kernel's samples (q25_us, q75_us,
-    min_us, max_us, n) per run x case."""
-    if not run_ids:
-        return pd.DataFrame()
-    hist = queries.history(db, hardware=sel.hardware, protocol=sel.protocol)
-    hist = hist[hist["run_id"].isin(run_ids) & (hist["hardware"] == sel.hardware)]
-    spread = queries.sample_spread(db, run_ids)
-    if not spread.empty:
-        hist = hist.merge(spread, on=["run_id", "case"], how="left")
-    return hist.reset_index(drop=True)
+def default_run(win: pd.DataFrame) -> str | None:
+    """The run the headline and the SOL view show by default: the newest passing one (else the newest)."""
+    if win.empty:
+        return None
+    ok = win[win["passing"]]
+    return str((ok if not ok.empty else win)["run_id"].iloc[-1])
 
 
-def selected_flags(db: Database, runs: pd.DataFrame) -> pd.DataFrame:
-    """What judging stored for the selected runs, as chart marks (queries.verdict_marks), newest first."""
-    if runs.empty:
-        return queries.verdict_marks(db, [])
-    return queries.verdict_marks(db, list(runs["run_id"]))
+def run_choice_label(row: pd.Series | dict) -> str:
+    """'abc1234567 · pass · 2026-11-01 10:00' for the run selector (plain text)."""
+    status = row["verdict"] if not fmt.missing(row.get("verdict")) else row["status"]
+    return f"{fmt.short(row['commit'])} · {status} · {row['started_at']:%Y-%m-%d %H:%M}"
 
 
-def steps(db: Database, sel: Selection, cases: list[str]) -> pd.DataFrame:
-    """The stored confirmed steps of the selection, one row per step x case (and the suite): commit, run_id,
-    case, started_at, before_median, after_median, change (after / before - 1); newest first."""
-    df = queries.series_steps(db, hardware=sel.hardware, protocol=sel.protocol)
-    cols = ["commit", "run_id", "case", "started_at", "before_median", "after_median", "change"]
+def failure_text(row: pd.Series | dict) -> str | None:
+    """One line for a run with failed cases: 'error in 16 of 16 cases: SyntaxError: invalid syntax'."""
+    n = int(row.get("n_failed") or 0)
+    if n == 0:
+        return None if fmt.missing(row.get("quarantine")) else f"quarantined: {row['quarantine']}"
+    line = row.get("error_line")
+    line = "" if fmt.missing(line) else str(line)
+    which = f"{row['failed_status']} in {n} of {int(row['n_cases'])} cases"
+    if n > 1 and int(row.get("n_errors") or 0) > 1:
+        which += f" (first {row['failed_case']})"
+    elif n == 1:
+        which = f"{row['failed_status']}: {row['failed_case']}"
+    return f"{which}: {line}" if line else which
+
+
+def drift_text(row: pd.Series | dict, *, short: bool = False) -> str | None:
+    """Why a change is not blamed on the commit, from what judging stored (verdicts.drift / clock); ``short``:
+    the few words of a table cell."""
+    parts = []
+    if not fmt.missing(row.get("drift")) and bool(row.get("drift")):
+        kernel, control = row.get("screen_change"), row.get("control_change")
+        both = not fmt.missing(kernel) and not fmt.missing(control)
+        if short:
+            figures = f" {fmt.signed_pct(control)} with the kernel's {fmt.signed_pct(kernel)}" if both else ""
+            parts.append(f"machine drift: eager/cuBLAS moved{figures}")
+        else:
+            figures = f" (kernel {fmt.signed_pct(kernel)}, in-run baselines {fmt.signed_pct(control)})" if both else ""
+            parts.append(
+                "machine drift: the eager and cuBLAS baselines timed in the same run moved as much as the kernel"
+                + figures
+                + ", so the change is the machine's, not the commit's"
+            )
+    if not fmt.missing(row.get("clock")) and bool(row.get("clock")):
+        parts.append(
+            "clock: does not hold in cycles"
+            if short
+            else "the SM clock moved with it: the change does not hold in cycles"
+        )
+    return "; ".join(parts) or None
+
+
+def _moved(m: object, n: object) -> str:
+    if fmt.missing(m):
+        return fmt.DASH
+    return f"{int(m)}/{int(n)}" if not fmt.missing(n) else str(int(m))
+
+
+def overview_table(win: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, newest first: what a kernel engineer scans (the verdict, cases moved out of the run's,
+    the suite change with its interval, the worst case, the step's status, drift, the first error line)."""
+    cols = [
+        "time",
+        "commit",
+        "branch",
+        "verdict",
+        "moved",
+        "suite change [interval]",
+        "worst case",
+        "step",
+        "note",
+        "run_id",
+    ]
+    if win.empty:
+        return pd.DataFrame(columns=cols)
+    w = win.iloc[::-1]
+    rows = []
+    for r in w.to_dict("records"):
+        failed = failure_text(r)
+        verdict = r["verdict"] if not fmt.missing(r["verdict"]) else f"not judged ({r['status']})"
+        worst = fmt.DASH
+        if not fmt.missing(r["worst_case"]) and failed is None:
+            worst = f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
+        notes = [t for t in (failed, drift_text(r, short=True)) if t]
+        rows.append(
+            {
+                "time": r["started_at"],
+                "commit": fmt.short(r["commit"]),
+                "branch": "" if fmt.missing(r["branch"]) else str(r["branch"]),
+                "verdict": verdict,
+                "moved": fmt.DASH if failed else _moved(r["cases_moved"], r["n_cases"]),
+                "suite change [interval]": fmt.DASH
+                if failed
+                else fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
+                "worst case": worst,
+                "step": "" if fmt.missing(r["step_status"]) else str(r["step_status"]),
+                "note": "; ".join(notes),
+                "run_id": r["run_id"],
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def attention_run(win: pd.DataFrame) -> str | None:
+    """The run whose details the Overview shows before a row is picked: the newest one with a finding (a
+    verdict other than pass / baseline / functional), else the newest run."""
+    if win.empty:
+        return None
+    bad = win[~win["verdict"].isin(("pass", "baseline", "functional")) | win["verdict"].isna()]
+    return str((bad if not bad.empty else win)["run_id"].iloc[-1])
+
+
+# ------------------------------------------------------------------------------------------------ changes
+def changes(db: Database, sel: Selection) -> pd.DataFrame:
+    """Every stored step of the selection, newest first (queries.series_changes)."""
+    return queries.series_changes(db, hardware=sel.hardware, protocol=sel.protocol, branch=sel.branch)
+
+
+def changes_table(ch: pd.DataFrame) -> pd.DataFrame:
+    """One row per stored step, newest first: culprit, status, cases moved, suite change with its interval, the
+    worst case, how it was detected, what fixed it, the acknowledgement's reason."""
+    cols = [
+        "time",
+        "commit",
+        "status",
+        "direction",
+        "moved",
+        "suite change [interval]",
+        "worst case",
+        "detected_by",
+        "fixed_by",
+        "ack reason",
+        "step_id",
+    ]
+    if ch.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for r in ch.to_dict("records"):
+        worst = fmt.DASH if fmt.missing(r["worst_case"]) else f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
+        rows.append(
+            {
+                "time": r["started_at"] if not fmt.missing(r["started_at"]) else r["created_at"],
+                "commit": fmt.short(r["commit"]),
+                "status": r["status"],
+                "direction": r["direction"],
+                "moved": _moved(r["cases_moved"], r["n_cases"]),
+                "suite change [interval]": fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
+                "worst case": worst,
+                "detected_by": r["detected_by"],
+                "fixed_by": "" if fmt.missing(r["fixed_by_commit"]) else fmt.short(r["fixed_by_commit"]),
+                "ack reason": "" if fmt.missing(r["ack_reason"]) else str(r["ack_reason"]),
+                "step_id": r["step_id"],
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def step_cases(db: Database, step_id: str) -> pd.DataFrame:
+    return queries.step_cases(db, step_id)
+
+
+# ------------------------------------------------------------------------------------------------ history
+def chart_cases(db: Database, run_ids: list[str]) -> pd.DataFrame:
+    """Per run x case of the window (queries.window_cases), with the spread of the kernel's samples."""
+    return queries.window_cases(db, list(run_ids))
+
+
+def chart_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
+    """What judging stored for the window's runs, as chart marks (queries.verdict_marks), newest first."""
+    return queries.verdict_marks(db, list(run_ids))
+
+
+def chart_steps(ch: pd.DataFrame, db: Database, sel: Selection, run_ids: list[str]) -> pd.DataFrame:
+    """The confirmed steps (open / fixed / acknowledged / improvement) opened by runs of the window, one row
+    per step x case and one for the suite: commit, run_id, case, started_at, before_median, after_median,
+    change; newest first. ``ch``: the selection's changes (``changes``); cases from queries.series_steps."""
+    cols = ["commit", "run_id", "case", "started_at", "before_median", "after_median", "change", "status"]
+    ids = set(run_ids)
+    wanted = ch[ch["status"].isin(BOUNDARY_STATUSES) & ch["run_id"].isin(ids)] if not ch.empty else ch
+    if wanted.empty:
+        return pd.DataFrame(columns=cols)
+    steps = queries.series_steps(db, hardware=sel.hardware, protocol=sel.protocol, commits=list(wanted["commit"]))
+    steps = steps[steps["step_id"].isin(set(wanted["step_id"]))]
     rows: list[dict] = []
-    for s in df.itertuples(index=False):
-        if s.status not in ("open", "fixed", "acknowledged", "improvement") or s.run_id is None:
-            continue
-        for c in s.cases if isinstance(s.cases, (list, tuple)) or hasattr(s.cases, "__len__") else []:
-            if c["case"] in cases and c.get("before_us") and c.get("after_us"):
-                rows.append(
-                    {
-                        "commit": s.commit,
-                        "run_id": s.run_id,
-                        "case": c["case"],
-                        "started_at": s.created_at,
-                        "before_median": c["before_us"],
-                        "after_median": c["after_us"],
-                        "change": c["after_us"] / c["before_us"] - 1.0,
-                    }
-                )
-        if s.suite_change is not None and not pd.isna(s.suite_change):
+    for s in steps.to_dict("records"):
+        for c in s["cases"] if s["cases"] is not None and not isinstance(s["cases"], float) else []:
             rows.append(
                 {
-                    "commit": s.commit,
-                    "run_id": s.run_id,
+                    "commit": s["commit"],
+                    "run_id": s["run_id"],
+                    "case": c["case"],
+                    "started_at": s["created_at"],
+                    "before_median": c["before_us"],
+                    "after_median": c["after_us"],
+                    "change": c["change"],
+                    "status": s["status"],
+                }
+            )
+        if not fmt.missing(s["suite_change"]):
+            rows.append(
+                {
+                    "commit": s["commit"],
+                    "run_id": s["run_id"],
                     "case": SUITE,
-                    "started_at": s.created_at,
-                    "before_median": 1.0,
-                    "after_median": 1.0 + s.suite_change,
-                    "change": s.suite_change,
+                    "started_at": s["created_at"],
+                    "before_median": None,
+                    "after_median": None,
+                    "change": s["suite_change"],
+                    "status": s["status"],
                 }
             )
     out = pd.DataFrame(rows, columns=cols)
@@ -166,23 +383,33 @@ def steps(db: Database, sel: Selection, cases: list[str]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------ one run
 def run_detail(db: Database, run_id: str) -> tuple[dict | None, pd.DataFrame, pd.DataFrame]:
-    """(runs row, per-case results, raw kernel samples) of one run."""
+    """(runs row, per-case results with what judging stored for each (queries.run_judgement), raw kernel
+    samples) of one run."""
     info = queries.run_info(db, run_id)
     if info is None:
         return None, pd.DataFrame(), pd.DataFrame()
-    return info, queries.run_cases(db, run_id), queries.run_samples(db, run_id)
+    return info, queries.run_judgement(db, run_id), queries.run_samples(db, run_id)
+
+
+def run_findings(db: Database, run_id: str) -> pd.DataFrame:
+    """Per case of one run: results and the stored judgement (queries.run_judgement)."""
+    return queries.run_judgement(db, run_id)
 
 
 def sol_table(db: Database, run_id: str) -> pd.DataFrame:
     """Per case of one run: status, median, T_SOL, eager, cuBLAS, score, and the project's best on the same
-    hardware and protocol (queries.gaps): best_us, best_commit, gap; x_sol = median / T_SOL."""
+    hardware and protocol (queries.gaps): best_us, best_commit, gap; x_sol = median / T_SOL. A case that did
+    not pass has no score and no gap (missing, shown "–"; never 0 %)."""
     cases = queries.run_cases(db, run_id)
-    gaps = queries.gaps(db, run_id)
     if cases.empty:
         return cases
+    gaps = queries.gaps(db, run_id)
     keep = ["case", "m", "status", "median_us", "t_sol_us", "eager_us", "cublas_us", "score"]
     out = cases[keep].merge(gaps[["case", "best_us", "best_commit", "gap"]], on="case", how="left")
-    out["x_sol"] = out["median_us"] / out["t_sol_us"]
+    ok = out["status"] == "pass"
+    out["score"] = out["score"].where(ok)
+    out["gap"] = out["gap"].where(ok)
+    out["x_sol"] = (out["median_us"] / out["t_sol_us"]).where(ok)
     return out
 
 
@@ -193,99 +420,21 @@ def suite_gap(db: Database, run_id: str) -> dict:
     return {} if row.empty else row.iloc[0].to_dict()
 
 
+def best_score(db: Database, sel: Selection) -> dict | None:
+    """The project's best suite SOL score on the selection (queries.best_suite_score)."""
+    return queries.best_suite_score(db, hardware=sel.hardware, protocol=sel.protocol)
+
+
 def published_records(db: Database) -> pd.DataFrame:
     df = queries.records(db)
     return df[df["kind"] == "published"].reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------------ jobs
-def jobs_frame(db: Database, limit: int = 200) -> pd.DataFrame:
-    """The job queue, newest first."""
-    rows = [
-        {
-            "id": j.id,
-            "status": j.status,
-            "outcome": j.outcome,
-            "commit": j.commit,
-            "branch": j.branch,
-            "trigger": j.trigger,
-            "attempts": j.attempts,
-            "enqueued_at": j.enqueued_at,
-            "started_at": j.started_at,
-            "finished_at": j.finished_at,
-            "gpu": j.gpu,
-            "worker": j.worker,
-            "run_id": j.run_id,
-            "repo": j.repo,
-            "log": j.log,
-        }
-        for j in list_jobs(db, limit=limit)
-    ]
-    cols = [
-        "id",
-        "status",
-        "outcome",
-        "commit",
-        "branch",
-        "trigger",
-        "attempts",
-        "enqueued_at",
-        "started_at",
-        "finished_at",
-        "gpu",
-        "worker",
-        "run_id",
-        "repo",
-        "log",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+def jobs(db: Database, limit: int = 200) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(the newest jobs without their logs, the count per status over the whole queue)."""
+    return queries.job_queue(db, limit=limit)
 
 
-# ------------------------------------------------------------------------------------------------ tables
-def flag_table(flags: pd.DataFrame, steps_df: pd.DataFrame) -> pd.DataFrame:
-    """Stored flags (judged per run against its recent past) and change points (steps in the series) in one
-    table, newest first: started_at, commit, case, kind, change, p_value, message, source, run_id."""
-    cols = ["started_at", "commit", "case", "kind", "change", "p_value", "message", "source", "run_id"]
-    parts = []
-    if flags is not None and not flags.empty:
-        parts.append(
-            pd.DataFrame(
-                {
-                    "started_at": flags["started_at"],
-                    "commit": flags["commit"],
-                    "case": flags["case"],
-                    "kind": flags["kind"],
-                    "change": flags["magnitude"],
-                    "p_value": None,
-                    "message": flags["message"],
-                    "source": "verdict (confirmed)",
-                    "run_id": flags["run_id"],
-                }
-            )
-        )
-    if steps_df is not None and not steps_df.empty:
-        parts.append(
-            pd.DataFrame(
-                {
-                    "started_at": steps_df["started_at"],
-                    "commit": steps_df["commit"],
-                    "case": steps_df["case"],
-                    "kind": ["step up (slower)" if c > 0 else "step down (faster)" for c in steps_df["change"]],
-                    "change": steps_df["change"],
-                    "p_value": None,
-                    "message": [
-                        f"{'suite (geomean)' if c == SUITE else c}: level {b:.2f} → {a:.2f} µs from this commit on"
-                        for c, b, a in zip(
-                            steps_df["case"], steps_df["before_median"], steps_df["after_median"], strict=True
-                        )
-                    ],
-                    "source": "stored step",
-                    "run_id": steps_df["run_id"],
-                }
-            )
-        )
-    parts = [p for p in parts if not p.empty]
-    if not parts:
-        return pd.DataFrame(columns=cols)
-    out = pd.concat(parts, ignore_index=True)[cols]
-    return out.sort_values("started_at", ascending=False, kind="stable").reset_index(drop=True)
+def job_log(db: Database, job_id: int) -> str | None:
+    return queries.job_log(db, job_id)

@@ -1,5 +1,13 @@
-"""The dashboard's page, section by section (streamlit). Reads go through cached loaders keyed by the database
-file's state (``data.db_token``): a new run or job shows on the next rerun, nothing is read twice otherwise."""
+"""The dashboard's page, section by section (streamlit).
+
+Reads go through cached loaders keyed by the database file's state (``data.db_token``): a new run or job shows
+on the next rerun, nothing is read twice otherwise. Only the open tab runs (``st.tabs(bind="query-params")``)
+and every read is bounded by the sidebar's window, so the page costs the same at 10 runs and at 10,000.
+
+Stored strings (commit, branch, host, messages, errors) are data: they go into dataframes and ``st.text``, or
+through ``fmt.md`` into Markdown, never into Markdown or HTML as they are. (Errors and logs use ``st.text``, not
+``st.code``, which makes the browser load a 1.5 MB syntax highlighter.)
+"""
 
 from __future__ import annotations
 
@@ -8,54 +16,101 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, data
+from dashboard import charts, data, fmt, preload
 from dashboard.data import Selection
 from kernel.workload import geomean
-from storage import queries
 
 ALL_BRANCHES = "(all)"
-TABS = ("History", "Flags", "SOL and records", "Runs and jobs")
+TABS = ("Overview", "Changes", "History", "SOL and records", "Runs and jobs")
+PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+PLOTLY = {"config": PLOTLY_CONFIG, "theme": None}  # the charts' own template (dashboard.charts.TEMPLATE): less to merge
+WINDOW_CHOICES = (50, 100, 200, 500, 1000, 2000, 5000)
 
 # ------------------------------------------------------------------------------------------------ loaders
 # Every loader takes (path, token, ...): the token changes when the file does, which invalidates the cache.
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _runs(path: str, token: tuple) -> pd.DataFrame:
-    return data.all_runs(data.open_db(path))
+@st.cache_data(show_spinner=False, max_entries=16)
+def _summary(path: str, token: tuple) -> pd.DataFrame:
+    return data.summary(data.open_db(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _window(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
+    return data.window(data.open_db(path), sel)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _changes(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
+    return data.changes(data.open_db(path), sel)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _jobs(path: str, token: tuple) -> pd.DataFrame:
-    return data.jobs_frame(data.open_db(path))
+def _step_cases(path: str, token: tuple, step_id: str) -> pd.DataFrame:
+    return data.step_cases(data.open_db(path), step_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _protocol_names(path: str, token: tuple) -> dict[str, str]:
-    return queries.protocol_names(data.open_db(path))
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def _selection(path: str, token: tuple, sel: Selection) -> dict[str, pd.DataFrame]:
+@st.cache_data(show_spinner=False, max_entries=16)
+def _charts(path: str, token: tuple, sel: Selection, run_ids: tuple[str, ...]) -> dict[str, pd.DataFrame]:
     db = data.open_db(path)
-    runs = data.selected_runs(db, sel)
-    run_ids = list(runs["run_id"])
-    hist = data.case_history(db, sel, run_ids)
+    changes = data.changes(db, sel)
+    return {
+        "hist": data.chart_cases(db, list(run_ids)),
+        "marks": data.chart_marks(db, list(run_ids)),
+        "steps": data.chart_steps(changes, db, sel, list(run_ids)),
+    }
+
+
+# Figures are built once per database state and selection and shared (never mutated after they are built).
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _history_figures(path: str, token: tuple, sel: Selection, proto: str) -> dict:
+    win = _window(path, token, sel)
+    d = _charts(path, token, sel, tuple(win["run_id"]))
+    hist, marks, steps = d["hist"], d["marks"], d["steps"]
+    t_sol = None
+    if not hist.empty:  # the geomean T_SOL of the newest run's cases (None without a SOL model)
+        t_sol = geomean([float(v) for v in hist[hist["run_id"] == win["run_id"].iloc[-1]]["t_sol_us"].dropna()])
+    suite = charts.suite_history_figure(
+        win, hardware=sel.hardware, protocol=proto, flags=marks, steps=steps, t_sol_us=t_sol
+    )
+    grid = charts.case_grid_figure(hist, hardware=sel.hardware, protocol=proto, flags=marks, steps=steps)
     cases = hist.drop_duplicates("case").sort_values(["m", "case"])["case"].tolist() if not hist.empty else []
-    steps = data.steps(db, sel, cases)
-    steps = steps[steps["run_id"].isin(run_ids)]
-    return {"runs": runs, "hist": hist, "flags": data.selected_flags(db, runs), "steps": steps}
+    return {"suite": suite, "grid": grid, "cases": cases, "n": len(win)}
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _case_figure(path: str, token: tuple, sel: Selection, proto: str, case: str):
+    win = _window(path, token, sel)
+    d = _charts(path, token, sel, tuple(win["run_id"]))
+    return charts.case_history_figure(
+        d["hist"], case=case, hardware=sel.hardware, protocol=proto, flags=d["marks"], steps=d["steps"]
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _sol(path: str, token: tuple, run_id: str) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+def _findings(path: str, token: tuple, run_id: str) -> pd.DataFrame:
+    return data.run_findings(data.open_db(path), run_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _sol(path: str, token: tuple, sel: Selection, run_id: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
     db = data.open_db(path)
-    return data.sol_table(db, run_id), data.suite_gap(db, run_id), data.published_records(db)
+    return data.sol_table(db, run_id), data.suite_gap(db, run_id), data.published_records(db), data.best_score(db, sel)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=32)
 def _run_detail(path: str, token: tuple, run_id: str) -> tuple[dict | None, pd.DataFrame, pd.DataFrame]:
     return data.run_detail(data.open_db(path), run_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _jobs(path: str, token: tuple) -> tuple[pd.DataFrame, dict[str, int]]:
+    return data.jobs(data.open_db(path))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _job_log(path: str, token: tuple, job_id: int) -> str | None:
+    return data.job_log(data.open_db(path), job_id)
 
 
 # ------------------------------------------------------------------------------------------------ page
@@ -63,70 +118,375 @@ def render(path: Path) -> None:
     """The whole page for the history file at ``path``. StorageError propagates (the app shows it)."""
     key = str(path)
     token = data.db_token(path)
-    runs = _runs(key, token)
-    token = data.db_token(path)  # reading a missing file creates it
-    jobs = _jobs(key, token)
+    summary = _summary(key, token)
     st.title("solci: attention output projection backward")
-    st.sidebar.caption(f"history: `{path}`")
-    if st.sidebar.button("Refresh"):
+    st.sidebar.caption("History file")
+    st.sidebar.text(key)
+    if st.sidebar.button("Refresh", help="read the history again (new runs show on the next refresh)"):
         st.rerun()
-    if runs.empty:
-        st.info(f"{data.EMPTY_MESSAGE}\n\nHistory file: `{path}`")
-        _jobs_section(jobs)
+    if summary.empty:
+        st.info(data.EMPTY_MESSAGE)
+        _jobs_section(key, token)
         return
-    names = _protocol_names(key, token)
-    sel = _sidebar(runs, names)
+    names = data.protocol_names(summary)
+    sel = _sidebar(summary, names)
+    win = _window(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
-    st.caption(f"**{sel.hardware}** · protocol {proto} · {key}")
-    if data.is_cpu(sel.hardware):
-        st.warning(
-            f"**{sel.hardware}**: these timings come from Triton's interpreter on the CPU. They check that the "
-            "pipeline works; they say nothing about GPU speed, and no SOL model or score applies."
-        )
-    d = _selection(key, token, sel)
-    runs_sel = d["runs"]
-    if runs_sel.empty:
-        st.info(f"No runs of {sel.hardware} with protocol {proto} on this branch.")
+    if win.empty:
+        st.info(f"No runs of {fmt.md(sel.hardware)} with protocol {fmt.md(proto)} on branch {fmt.md(sel.branch)}.")
         return
-    labels = charts.run_labels(runs_sel)
-    _headline(runs_sel, d["flags"], labels)
-    history, flags, sol, runs_tab = st.tabs(TABS, key="view", bind="query-params")  # only the open one runs
+    run_id = _run_selector(win)
+    run = win[win["run_id"] == run_id].iloc[0]
+    _headline(key, token, sel, win, run, proto)
+    overview, changes, history, sol, runs_tab = st.tabs(TABS, key="view", bind="query-params")
+    if overview.open:  # only the open tab runs
+        with overview, st.container(key="tab-overview"):
+            _overview_section(key, token, win, sel)
+    if changes.open:
+        with changes, st.container(key="tab-changes"):
+            _changes_section(key, token, sel)
     if history.open:
-        with history:
-            _history_section(d, sel, proto)
-    if flags.open:
-        with flags:
-            _flags_section(d["flags"], d["steps"], sel)
+        with history, st.container(key="tab-history"):
+            _history_section(key, token, win, sel, proto)
     if sol.open:
-        with sol:
-            _sol_section(key, token, runs_sel.iloc[-1], labels, sel)
+        with sol, st.container(key="tab-sol"):
+            _sol_section(key, token, sel, run)
     if runs_tab.open:
-        with runs_tab:
-            _runs_section(runs_sel, labels, sel)
-            _jobs_section(jobs)
-            _run_detail_section(key, token, runs_sel, labels, d["flags"], jobs, sel)
+        with runs_tab, st.container(key="tab-runs"):
+            _runs_section(win, sel)
+            _jobs_section(key, token)
+            _run_detail_section(key, token, run, sel)
+    preload.mount()  # the charting library, fetched once the browser is idle
 
 
-def _sidebar(runs: pd.DataFrame, names: dict[str, str]) -> Selection:
-    """Hardware, protocol, branch and how many runs; hardware/protocol/branch are kept in the URL."""
+def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
+    """Hardware, protocol, branch and the window (how many of the newest runs); all kept in the URL."""
     sb = st.sidebar
     sb.header("Selection")
     hardware = sb.selectbox(
-        "Hardware", data.hardware_options(runs), key="hardware", bind="query-params",
-        help="One hardware label at a time: series never mix GPUs (or the CPU interpreter).",
-    )  # fmt: skip
+        "Hardware",
+        data.hardware_options(summary),
+        key="hardware",
+        bind="query-params",
+        help="One hardware label at a time: series never mix GPUs (or the CPU interpreter). Opens on the "
+        "hardware of the newest passing GPU run.",
+    )
     protocol = sb.selectbox(
-        "Protocol", data.protocol_options(runs, hardware), format_func=lambda h: data.protocol_label(h, names),
-        key="protocol", bind="query-params",
+        "Protocol",
+        data.protocol_options(summary, hardware),
+        format_func=lambda h: data.protocol_label(h, names),
+        key="protocol",
+        bind="query-params",
         help="How the timings were taken; figures of different protocols are never compared.",
-    )  # fmt: skip
-    sub = runs[(runs["hardware"] == hardware) & (runs["protocol"] == protocol)]
-    branches = sorted({b for b in sub["branch"].dropna().unique()})
+    )
+    branches = data.branch_options(summary, hardware, protocol)
     branch = sb.selectbox("Branch", [ALL_BRANCHES, *branches], key="branch", bind="query-params")
-    limit = sb.number_input("Most recent runs", min_value=2, max_value=5000, value=200, step=50, key="limit")
+    limit = sb.selectbox(
+        "Newest runs shown",
+        WINDOW_CHOICES,
+        index=WINDOW_CHOICES.index(data.DEFAULT_WINDOW),
+        key="window",
+        bind="query-params",
+        help="How many of the selection's newest runs the tables and charts read.",
+    )
     return Selection(hardware, protocol, None if branch == ALL_BRANCHES else branch, int(limit))
 
 
+def _run_selector(win: pd.DataFrame) -> str:
+    """The run the headline, the SOL view and the run details show: the newest passing run unless picked."""
+    ids = list(win["run_id"].iloc[::-1])
+    default = data.default_run(win)
+    labels = {r["run_id"]: data.run_choice_label(r) for r in win.to_dict("records")}
+    return st.sidebar.selectbox(
+        "Run shown",
+        ids,
+        index=ids.index(default) if default in ids else 0,
+        format_func=labels.__getitem__,
+        key="run",
+        bind="query-params",
+        help="The headline figures, the SOL view and the run details are of this run; by default the newest "
+        "passing run of the selection.",
+    )
+
+
+def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd.Series, proto: str) -> None:
+    cpu = data.is_cpu(sel.hardware)
+    passing = bool(run["passing"])
+    newest = win.iloc[-1]
+    which = "the newest passing run" if run["run_id"] == data.default_run(win) and passing else "picked in the sidebar"
+    st.markdown(
+        f"**{fmt.md(sel.hardware)}** · protocol {fmt.md(proto)} · run {fmt.code(fmt.short(run['commit'], 12))} on "
+        f"{fmt.code(run['branch'] or 'no branch')}, {run['started_at']:%Y-%m-%d %H:%M} UTC ({which})"
+    )
+    if cpu:
+        st.warning(
+            f"**{fmt.md(sel.hardware)}**: these timings come from Triton's interpreter on the CPU. They check that "
+            "the pipeline works; they say nothing about GPU speed, and no SOL model or score applies."
+        )
+    prev = win[(win["started_at"] < run["started_at"]) & win["passing"]]
+    prev_row = prev.iloc[-1] if not prev.empty else None
+    cols = st.columns(5)
+    verdict = run["verdict"] if not fmt.missing(run["verdict"]) else "not judged"
+    cols[0].metric(
+        "Verdict",
+        str(verdict),
+        f"{int(run['n_pass'])}/{int(run['n_cases'])} cases pass",
+        delta_color="off",
+        delta_arrow="off",
+    )
+    g = run["geomean_us"] if passing else None
+    pg = prev_row["geomean_us"] if prev_row is not None and not cpu else None
+    delta = f"{g / pg - 1:+.1%}" if not fmt.missing(g) and not fmt.missing(pg) else None
+    cols[1].metric(
+        f"Suite geomean ({charts.US})",
+        fmt.us(g),
+        delta or ("not a speed figure" if cpu else "lower is better"),
+        delta_color="inverse" if delta else "off",
+        delta_arrow="auto" if delta else "off",
+        delta_description="lower is better" if delta else None,
+        help=f"geometric mean of the per-case medians on {fmt.md(sel.hardware)}; the change is against the previous "
+        "passing run; a failed run has none",
+    )
+    s = run["score"] if passing and not cpu else None
+    ps = prev_row["score"] if prev_row is not None and not cpu else None
+    sdelta = f"{(s - ps) * 100:+.1f} pts" if not fmt.missing(s) and not fmt.missing(ps) else None
+    cols[2].metric(
+        "SOL score",
+        fmt.pct(s),
+        sdelta or "higher is better",
+        delta_color="normal" if sdelta else "off",
+        delta_arrow="auto" if sdelta else "off",
+        delta_description="higher is better" if sdelta else None,
+        help="mean SOL score over the cases (the leaderboard's % of SOL), the change against the previous passing "
+        "run; none (–) for a failed run or the CPU interpreter, never 0 %",
+    )
+    r = run["ratio_vs_cublas"] if passing and not cpu else None
+    cols[3].metric(
+        "Kernel ÷ cuBLAS time",
+        fmt.ratio(r),
+        "lower is better",
+        delta_color="off",
+        delta_arrow="off",
+        help="suite geomean of the kernel / geomean of the two cuBLAS GEMMs timed in the same run: "
+        "below 1.00× the fused kernel beats cuBLAS; none for a failed run or the CPU interpreter",
+    )
+    n_open = int(_changes(key, token, sel)["status"].eq("open").sum())
+    cols[4].metric("Open regressions", n_open, help="stored steps of this selection with status open")
+    if not passing:
+        st.error(
+            f"This run did not pass: {fmt.md(data.failure_text(run) or run['status'])}. It has no suite "
+            "figure and no SOL score (–); its cases and log are under Runs and jobs."
+        )
+    elif newest["run_id"] != run["run_id"] and not bool(newest["passing"]):
+        st.warning(
+            f"The newest run, {fmt.code(fmt.short(newest['commit'], 12))} ({newest['started_at']:%Y-%m-%d %H:%M}), "
+            f"did not pass: {fmt.md(data.failure_text(newest) or newest['status'])}. The figures above are of the "
+            "newest passing run; pick another run in the sidebar."
+        )
+    note = data.drift_text(run)
+    if note:
+        st.info(f"Run {fmt.code(fmt.short(run['commit'], 12))}: {fmt.md(note)}.")
+
+
+# ------------------------------------------------------------------------------------------------ overview
+_TIME = st.column_config.DatetimeColumn("time (UTC)", format="YYYY-MM-DD HH:mm")
+
+
+def _overview_section(key: str, token: tuple, win: pd.DataFrame, sel: Selection) -> None:
+    st.subheader(f"Per run, newest first — {fmt.md(sel.hardware)}")
+    st.caption(
+        f"The newest {len(win)} runs of the selection, one row each (confirmation re-measurements are behind "
+        "their step). *moved*: cases whose change passed screening, or the step's confirmed cases, out of the "
+        "run's cases; *suite change*: against the level since the last step, with its interval; *note*: the "
+        "first error line of a failed run, machine drift. Select a row for its cases and log."
+    )
+    table = data.overview_table(win)
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="overview-table",
+        on_select="rerun",
+        selection_mode="single-row",
+        column_order=[c for c in table.columns if c != "run_id"],
+        height=_rows(len(table), 14),
+        column_config={"time": _TIME, "note": st.column_config.TextColumn("note", width="large")},
+    )
+    picked = _picked(event, table, "run_id")
+    run_id = picked or data.attention_run(win)
+    if run_id is None:
+        return
+    row = win[win["run_id"] == run_id].iloc[0]
+    how = "selected" if picked else "the newest run with a finding; select a row for another"
+    st.markdown(f"**Run {fmt.code(fmt.short(row['commit'], 12))}** ({how})")
+    _findings_section(key, token, row, sel)
+
+
+def _picked(event: object, table: pd.DataFrame, column: str) -> str | None:
+    try:
+        rows = event.selection.rows  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    if rows and 0 <= rows[0] < len(table):
+        return str(table.iloc[rows[0]][column])
+    return None
+
+
+def _findings_section(key: str, token: tuple, row: pd.Series, sel: Selection) -> None:
+    """One run's verdict, drift, per-case judgement, its step and its log."""
+    verdict = row["verdict"] if not fmt.missing(row["verdict"]) else "not judged"
+    message = data.failure_text(row) or (row["message"] if not fmt.missing(row["message"]) else "(no message stored)")
+    st.text(f"verdict {verdict}: {message}")
+    note = data.drift_text(row)
+    if note:
+        st.info(fmt.md(note[0].upper() + note[1:]) + ".")
+    if not fmt.missing(row["step_id"]):
+        st.text(f"step {row['step_id']} ({row['step_status']}): listed under Changes")
+    cases = _findings(key, token, row["run_id"])
+    failed = cases[(cases["status"] != "pass") & (cases["case"] != data.SUITE)]
+    if not failed.empty:
+        lines = failed["error_line"].fillna(failed["status"]).astype(str)
+        statuses = ", ".join(sorted(set(failed["status"])))
+        same = "the same error" if lines.nunique() == 1 else f"{lines.nunique()} different errors; the first"
+        st.text(f"{len(failed)} of {int(row['n_cases'])} cases failed ({statuses}) with {same}:")
+        first = failed["error"].dropna()
+        st.text(str(first.iloc[0])[-8000:] if not first.empty else lines.iloc[0])
+    view = cases.assign(
+        change=cases["change"].map(fmt.signed_pct),
+        threshold=cases["threshold"].map(fmt.signed_pct),
+        p_value=cases["p_value"].map(fmt.p_value),
+        q_value=cases["q_value"].map(fmt.p_value),
+        control_change=cases["control_change"].map(fmt.signed_pct),
+        confirmed=[
+            fmt.interval(c, lo, hi) if not fmt.missing(c) else fmt.DASH
+            for c, lo, hi in zip(cases["confirmed_change"], cases["confirmed_lo"], cases["confirmed_hi"], strict=True)
+        ],
+        case=cases["case"].map(charts.case_title),
+    )
+    shown = [
+        "case",
+        "status",
+        "median_us",
+        "change",
+        "threshold",
+        "z",
+        "p_value",
+        "q_value",
+        "moved",
+        "control_change",
+        "confirmed",
+        "error_line",
+    ]
+    with st.expander(f"Cases of this run ({len(cases)})", expanded=not failed.empty or not fmt.missing(row["step_id"])):
+        st.dataframe(
+            view[shown],
+            hide_index=True,
+            placeholder=fmt.DASH,
+            key=f"findings-{row['run_id']}",
+            height=_rows(len(view)),
+            column_config={
+                "median_us": st.column_config.NumberColumn(f"median ({charts.US})", format="%.2f"),
+                "z": st.column_config.NumberColumn("z", format="%.1f"),
+                "change": st.column_config.TextColumn("change vs level"),
+                "control_change": st.column_config.TextColumn("eager/cuBLAS change"),
+                "confirmed": st.column_config.TextColumn("confirmed [interval]"),
+                "error_line": st.column_config.TextColumn("error", width="large"),
+            },
+        )
+    _log_expander(key, token, row)
+
+
+def _log_expander(key: str, token: tuple, row: pd.Series) -> None:
+    if fmt.missing(row["job_id"]):
+        return
+    job_id = int(row["job_id"])
+    with st.expander(f"Log of job {job_id}"):
+        log = _job_log(key, token, job_id)
+        st.text((log or "(no log)")[-20000:])
+
+
+# ------------------------------------------------------------------------------------------------ changes
+def _changes_section(key: str, token: tuple, sel: Selection) -> None:
+    st.subheader(f"Changes of level — {fmt.md(sel.hardware)}")
+    st.caption(
+        "Each stored step once, newest first: the culprit commit, its status (open, fixed, acknowledged, "
+        "improvement, ambiguous, not reproduced), the cases it moved, the suite change with its interval, how it "
+        "was detected (confirmed at its own run, screening only, or late), what fixed it. Select a row for its "
+        "cases. `solci flags` lists the same."
+    )
+    ch = _changes(key, token, sel)
+    if ch.empty:
+        st.success("No change of level stored for this selection: every judged run stayed within noise.")
+        return
+    statuses = [s for s in data.STEP_STATUSES if s in set(ch["status"])]
+    chosen = st.multiselect("Status", statuses, default=statuses, key="change-status")
+    ch = ch[ch["status"].isin(chosen)].reset_index(drop=True)
+    table = data.changes_table(ch)
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="changes-table",
+        on_select="rerun",
+        selection_mode="single-row",
+        column_order=[c for c in table.columns if c != "step_id"],
+        height=_rows(len(table), 14),
+        column_config={"time": _TIME, "ack reason": st.column_config.TextColumn("ack reason", width="medium")},
+    )
+    if ch.empty:
+        return
+    picked = _picked(event, table, "step_id")
+    open_ = ch[ch["status"] == "open"]
+    step_id = picked or str((open_ if not open_.empty else ch)["step_id"].iloc[0])
+    step = ch[ch["step_id"] == step_id].iloc[0]
+    how = "selected" if picked else ("the newest open step" if not open_.empty else "the newest step")
+    st.markdown(f"**Step at {fmt.code(fmt.short(step['commit'], 12))}** ({how}): {fmt.md(step['status'])}")
+    st.text(str(step["message"]) if not fmt.missing(step["message"]) else "")
+    if not fmt.missing(step["ack_reason"]):
+        st.text(f"acknowledged: {step['ack_reason']}")
+    if not fmt.missing(step["fixed_by_commit"]):
+        st.text(f"fixed by the step at {fmt.short(step['fixed_by_commit'], 12)}")
+    cases = _step_cases(key, token, step_id)
+    view = cases.assign(
+        case=cases["case"].map(charts.case_title),
+        change=[fmt.interval(c, lo, hi) for c, lo, hi in zip(cases["change"], cases["lo"], cases["hi"], strict=True)],
+    )[["case", "change", "before_us", "after_us"]]
+    st.dataframe(
+        view,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key=f"step-cases-{step_id}",
+        height=_rows(len(view)),
+        column_config={
+            "change": st.column_config.TextColumn("change [interval]"),
+            "before_us": st.column_config.NumberColumn(f"level before ({charts.US})", format="%.2f"),
+            "after_us": st.column_config.NumberColumn(f"level after ({charts.US})", format="%.2f"),
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------------------ history
+def _history_section(key: str, token: tuple, win: pd.DataFrame, sel: Selection, proto: str) -> None:
+    figs = _history_figures(key, token, sel, proto)
+    st.caption(
+        f"The newest {figs['n']} runs of the selection (sidebar: newest runs shown); dotted lines: stored steps, at "
+        "the run that opened them; markers: confirmed regressions and improvements, failed cases."
+    )
+    st.plotly_chart(figs["suite"], key="suite", **PLOTLY)
+    if not figs["cases"]:
+        return
+    st.plotly_chart(figs["grid"], key="grid", **PLOTLY)
+    case = st.selectbox(
+        "One case in detail (its samples' spread, eager, cuBLAS, T_SOL)",
+        [None, *figs["cases"]],
+        format_func=lambda c: "(pick a case)" if c is None else c,
+        key=f"case-{sel.hardware}",
+    )
+    if case is not None:
+        st.plotly_chart(_case_figure(key, token, sel, proto, case), key="case", **PLOTLY)
+
+
+# ------------------------------------------------------------------------------------------------ SOL
 _US_COLUMNS = {
     c: st.column_config.NumberColumn(c, format="%.2f")
     for c in ("median_us", "t_sol_us", "eager_us", "cublas_us", "best_us")
@@ -135,196 +495,205 @@ _US_COLUMNS = {
 
 def _rows(n: int, most: int = 24) -> int:
     """A table height showing ``n`` rows (up to ``most``) without scrolling."""
-    return 35 * (min(n, most) + 1) + 3
+    return 35 * (min(max(n, 1), most) + 1) + 3
 
 
-def _pct(v: object) -> str:
-    return "-" if v is None or pd.isna(v) else f"{float(v) * 100:.1f}%"  # type: ignore[arg-type]
-
-
-def _headline(runs: pd.DataFrame, flags: pd.DataFrame, labels: dict[str, str]) -> None:
-    last = runs.iloc[-1]
-    prev = runs.iloc[:-1]
-    prev = prev[prev["status"] == "pass"]
-    prev_row = prev.iloc[-1] if not prev.empty else None
-    st.markdown(
-        f"Latest run: commit `{str(last['commit'])[:12]}` ({last['branch'] or 'no branch'}), "
-        f"{last['started_at']:%Y-%m-%d %H:%M} UTC, on **{last['hardware']}**"
-    )
-    cols = st.columns(5)
-    cols[0].metric("Status", f"{last['status']}", f"{last['n_pass']}/{last['n_cases']} cases pass",
-                   delta_color="off", delta_arrow="off")  # fmt: skip
-    g, pg = last["geomean_us"], (prev_row["geomean_us"] if prev_row is not None else None)
-    delta = f"{g / pg - 1:+.1%} vs previous" if pd.notna(g) and pg is not None and pd.notna(pg) else None
-    cols[1].metric(f"Suite geomean ({charts.US})", "-" if pd.isna(g) else f"{g:.2f}", delta, delta_color="inverse",
-                   help=f"geometric mean of the per-case medians on {last['hardware']}")  # fmt: skip
-    s, ps = last["score"], (prev_row["score"] if prev_row is not None else None)
-    sdelta = f"{(s - ps) * 100:+.1f} pts" if pd.notna(s) and ps is not None and pd.notna(ps) else None
-    cols[2].metric("SOL score", _pct(s), sdelta, help="mean SOL score over the cases (the leaderboard's % of SOL)")
-    r = last["ratio_vs_cublas"]
-    cols[3].metric("vs cuBLAS", "-" if pd.isna(r) else f"{r:.2f}×", help="kernel geomean / cuBLAS (2 GEMMs) geomean")
-    mine = flags[flags["run_id"] == last["run_id"]] if not flags.empty else flags
-    bad = int(mine["kind"].isin(["regression", "incorrect", "error"]).sum()) if not mine.empty else 0
-    cols[4].metric("Flags on latest run", len(mine), f"{bad} bad" if bad else None, delta_color="inverse")
-
-
-def _history_section(d: dict[str, pd.DataFrame], sel: Selection, proto: str) -> None:
-    runs, hist, flags, steps = d["runs"], d["hist"], d["flags"], d["steps"]
-    t_sol = None
-    if not hist.empty:  # the geomean T_SOL of the latest run's cases (None without a SOL model)
-        t_sol = geomean(list(hist[hist["run_id"] == runs.iloc[-1]["run_id"]]["t_sol_us"].dropna()))
-    st.plotly_chart(charts.suite_history_figure(runs, hardware=sel.hardware, protocol=proto, flags=flags,
-                                                steps=steps, t_sol_us=t_sol), key="suite")  # fmt: skip
-    if hist.empty:
-        return
-    cases = hist.drop_duplicates("case").sort_values(["m", "case"])["case"].tolist()
-    case = st.selectbox("Case", cases, index=len(cases) - 1, key=f"case-{sel.hardware}")
-    st.plotly_chart(charts.case_history_figure(hist, case=case, hardware=sel.hardware, protocol=proto,
-                                               flags=flags, steps=steps), key="case")  # fmt: skip
-    with st.expander("All cases", expanded=True):
-        st.plotly_chart(charts.case_grid_figure(hist, hardware=sel.hardware, protocol=proto, flags=flags),
-                        key="grid")  # fmt: skip
-
-
-def _flags_section(flags: pd.DataFrame, steps: pd.DataFrame, sel: Selection) -> None:
-    st.subheader(f"Flags — {sel.hardware}")
-    st.caption(
-        "Judged: each run's raw samples against the pooled samples of the previous passing runs "
-        "(Mann–Whitney U and a minimum effect). Change points: steps in each series (PELT). Newest first."
-    )
-    table = data.flag_table(flags, steps)
-    if table.empty:
-        st.success("No regressions, improvements, records or failures flagged in the selected runs.")
-        return
-    kinds = sorted(table["kind"].unique())
-    chosen = st.multiselect("Kinds", kinds, default=kinds, key="flag-kinds")
-    table = table[table["kind"].isin(chosen)].assign(commit=lambda t: t["commit"].astype(str).str[:10])
-    st.dataframe(
-        table, hide_index=True, key="flags-table",
-        column_config={
-            "started_at": st.column_config.DatetimeColumn("run time (UTC)", format="YYYY-MM-DD HH:mm"),
-            "change": st.column_config.NumberColumn("change", format="percent"),
-            "p_value": st.column_config.NumberColumn("p", format="%.2g"),
-            "message": st.column_config.TextColumn("message", width="large"),
-        },
-    )  # fmt: skip
-
-
-def _sol_section(key: str, token: tuple, last: pd.Series, labels: dict[str, str], sel: Selection) -> None:
-    run_label = f"run {labels[last['run_id']]} (latest)"
-    table, suite, published = _sol(key, token, last["run_id"])
-    st.subheader(f"Distance to SOL — {sel.hardware}, {run_label}")
+def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None:
+    run_label = f"run {run['label']}"
+    table, suite, published, best = _sol(key, token, sel, run["run_id"])
+    st.subheader(f"Distance to SOL — {fmt.md(sel.hardware)}, {fmt.md(run_label)}")
+    passing = bool(run["passing"])
     has_score = not table.empty and table["score"].notna().any()
-    if not has_score:
-        st.info(f"No SOL model for **{sel.hardware}** (no peak rates known for it), so no T_SOL and no score; "
-                "the project's best on this hardware is still shown below.")  # fmt: skip
-    else:
+    if not passing:
+        st.error(
+            f"This run did not pass ({fmt.md(data.failure_text(run) or run['status'])}): its failed cases have "
+            "no SOL score (–). Pick a passing run in the sidebar for the full picture."
+        )
+    if data.is_cpu(sel.hardware):
+        st.info(
+            f"**{fmt.md(sel.hardware)}**: Triton's interpreter has no SOL model and no score, and its timings "
+            "never become records: this view is for GPU runs."
+        )
+    elif table.empty or table["t_sol_us"].isna().all():
+        st.info(
+            f"No SOL model for **{fmt.md(sel.hardware)}** (no peak rates known for it), so no T_SOL and no "
+            "score; the project's best on this hardware is still shown below."
+        )
+    elif has_score:
         c1, c2 = st.columns(2)
-        c1.plotly_chart(charts.sol_scores_figure(table.assign(hardware=sel.hardware), hardware=sel.hardware,
-                                                 run_label=run_label), key="sol-scores")  # fmt: skip
-        c2.plotly_chart(charts.sol_latency_figure(table, hardware=sel.hardware, run_label=run_label),
-                        key="sol-latency")  # fmt: skip
-    st.markdown(f"**Per case** ({charts.US}, {sel.hardware}); *best* = the project's best passing figure on this "
-                "hardware and protocol, *gap* = median / best − 1")  # fmt: skip
+        c1.plotly_chart(
+            charts.sol_scores_figure(table.assign(hardware=sel.hardware), hardware=sel.hardware, run_label=run_label),
+            key="sol-scores",
+            **PLOTLY,
+        )
+        c2.plotly_chart(
+            charts.sol_latency_figure(table, hardware=sel.hardware, run_label=run_label),
+            key="sol-latency",
+            **PLOTLY,
+        )
+    st.markdown(
+        f"**Per case** ({charts.US}, {fmt.md(sel.hardware)}); *best* = the project's best passing figure on "
+        "this hardware and protocol, *gap* = median / best − 1 (lower is better); – = no figure"
+    )
     st.dataframe(
-        table.assign(best_commit=table["best_commit"].astype(str).str[:10]), hide_index=True, key="sol-table",
+        table.assign(best_commit=table["best_commit"].map(fmt.short)),
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="sol-table",
         height=_rows(len(table)),
         column_config={
             "score": st.column_config.NumberColumn("SOL score", format="percent"),
             "gap": st.column_config.NumberColumn("gap to best", format="percent"),
-            "x_sol": st.column_config.NumberColumn("median / T_SOL", format="%.2f×"),
+            "x_sol": st.column_config.NumberColumn("median / T_SOL (lower is better)", format="%.2f×"),
             **_US_COLUMNS,
         },
-    )  # fmt: skip
+    )
     st.subheader("Best-known records")
     cols = st.columns(3)
-    best = suite.get("best_us")
-    cols[0].metric(f"Project best suite geomean ({charts.US}, {sel.hardware})",
-                   "-" if best is None or pd.isna(best) else f"{best:.2f}",
-                   help=f"commit {suite.get('best_commit') or '-'}, same hardware and protocol")  # fmt: skip
-    gap = suite.get("gap")
-    cols[1].metric("This run vs project best", "-" if gap is None or pd.isna(gap) else f"{gap:+.1%}",
-                   delta_color="off")  # fmt: skip
-    sg = suite.get("score_gap")
-    if has_score and sg is not None and pd.notna(sg):
-        behind = f"{abs(sg) * 100:.1f} pts {'behind' if sg > 0 else 'ahead of'}"
-        cols[2].metric(f"SOL score vs B200 #1 ({suite.get('record_implementation')})", behind,
-                       help="the record's % of SOL minus this run's; the only comparison made across GPUs")  # fmt: skip
-    if has_score:
-        st.plotly_chart(charts.records_figure(published, hardware=sel.hardware, project_score=last["score"],
-                                              run_label=labels[last["run_id"]]), key="records")  # fmt: skip
-        st.caption(
-            f"This run's score uses its own eager PyTorch time as T_b and the datasheet peaks of {sel.hardware} "
-            "for T_SOL; the leaderboard's uses the benchmark's baseline on B200. Latencies are not compared."
-        )
-    else:
+    best_us = suite.get("best_us")
+    cols[0].metric(
+        f"Project best suite geomean ({charts.US})",
+        fmt.us(best_us),
+        help=f"commit {suite.get('best_commit') or '-'}, same hardware and protocol",
+    )
+    gap = suite.get("gap") if passing else None
+    cols[1].metric("This run vs project best (lower is better)", fmt.signed_pct(gap), delta_color="off")
+    best_score = None if best is None else best.get("score")
+    cols[2].metric(
+        "Project best SOL score",
+        fmt.pct(best_score) if not data.is_cpu(sel.hardware) else fmt.DASH,
+        help="the highest suite SOL score of a passing run of this selection",
+    )
+    if data.is_cpu(sel.hardware) or best is None:
         st.caption("The B200 leaderboard is compared through the SOL score only, which this hardware lacks.")
+        return
+    c1, c2 = st.columns([3, 2])
+    run_score = run["score"] if passing else None
+    c1.plotly_chart(
+        charts.records_figure(
+            published, hardware=sel.hardware, project_best=best, run_score=run_score, run_label=str(run["label"])
+        ),
+        key="records",
+        **PLOTLY,
+    )
+    with c2:
+        st.markdown("**How to read this comparison**")
+        st.caption(charts.RECORDS_CAVEAT)
+        st.text(
+            f"project best: {fmt.pct(best_score)} at {fmt.short(best.get('commit'), 12)} "
+            f"({best.get('started_at'):%Y-%m-%d})"
+        )
+        sg = suite.get("score_gap")
+        if not fmt.missing(best_score) and not fmt.missing(suite.get("record_latency_us")):
+            record = float(suite["record_pct_sol"]) / 100
+            st.text(
+                f"{abs(record - float(best_score)) * 100:.1f} pts {'behind' if record > best_score else 'ahead of'} "
+                f"the B200 #1 ({suite.get('record_implementation')})"
+            )
+        elif not fmt.missing(sg):
+            st.text(f"{abs(sg) * 100:.1f} pts from the B200 #1")
 
 
-def _runs_section(runs: pd.DataFrame, labels: dict[str, str], sel: Selection) -> None:
-    st.subheader(f"Runs — {sel.hardware}")
-    view = runs.iloc[::-1].assign(commit=lambda t: t["run_id"].map(labels))
-    cols = ["commit", "branch", "started_at", "status", "n_pass", "n_cases", "geomean_us", "score",
-            "ratio_vs_cublas", "ratio_vs_eager", "wall_s", "job_id", "run_id"]  # fmt: skip
+# ------------------------------------------------------------------------------------------------ runs, jobs
+def _runs_section(win: pd.DataFrame, sel: Selection) -> None:
+    st.subheader(f"Runs — {fmt.md(sel.hardware)}")
+    ok = win["passing"]
+    view = win.iloc[::-1].assign(
+        commit=win["commit"].map(fmt.short),
+        score=win["score"].where(ok & ~data.is_cpu(sel.hardware)),
+        ratio_vs_cublas=win["ratio_vs_cublas"].where(ok),
+        ratio_vs_eager=win["ratio_vs_eager"].where(ok),
+        geomean_us=win["geomean_us"].where(ok),
+    )
+    cols = [
+        "commit",
+        "branch",
+        "started_at",
+        "status",
+        "verdict",
+        "n_pass",
+        "n_cases",
+        "geomean_us",
+        "score",
+        "ratio_vs_cublas",
+        "ratio_vs_eager",
+        "wall_s",
+        "job_id",
+        "hostname",
+        "run_id",
+    ]
     st.dataframe(
-        view[cols], hide_index=True, key="runs-table",
+        view[cols],
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="runs-table",
+        height=_rows(len(view), 12),
         column_config={
-            "started_at": st.column_config.DatetimeColumn("time (UTC)", format="YYYY-MM-DD HH:mm"),
+            "started_at": _TIME,
             "geomean_us": st.column_config.NumberColumn(f"suite geomean ({charts.US})", format="%.2f"),
             "score": st.column_config.NumberColumn("SOL score", format="percent"),
-            "ratio_vs_cublas": st.column_config.NumberColumn("vs cuBLAS", format="%.2f×"),
-            "ratio_vs_eager": st.column_config.NumberColumn("vs eager", format="%.2f×"),
+            "ratio_vs_cublas": st.column_config.NumberColumn("÷ cuBLAS (lower is better)", format="%.2f×"),
+            "ratio_vs_eager": st.column_config.NumberColumn("÷ eager (lower is better)", format="%.2f×"),
             "wall_s": st.column_config.NumberColumn("wall (s)", format="%.0f"),
         },
-    )  # fmt: skip
+    )
 
 
-def _jobs_section(jobs: pd.DataFrame) -> None:
+def _jobs_section(key: str, token: tuple) -> None:
     st.subheader("Job queue")
+    jobs, counts = _jobs(key, token)
     if jobs.empty:
         st.caption("No jobs: `solci run`, `solci watch`, git hooks and `solci up` queue them.")
         return
-    counts = jobs["status"].value_counts()
     cols = st.columns(4)
     for col, status in zip(cols, ("queued", "running", "done", "failed"), strict=True):
         col.metric(status, int(counts.get(status, 0)))
-    view = jobs.drop(columns=["log"]).assign(
-        commit=lambda t: t["commit"].str[:10], run_id=lambda t: t["run_id"].str[:8]
-    )
-    st.dataframe(view, hide_index=True, key="jobs-table",
-                 column_config={c: st.column_config.DatetimeColumn(c, format="YYYY-MM-DD HH:mm:ss")
-                                for c in ("enqueued_at", "started_at", "finished_at")})  # fmt: skip
-
-
-def _run_detail_section(
-    key: str, token: tuple, runs: pd.DataFrame, labels: dict[str, str], flags: pd.DataFrame, jobs: pd.DataFrame,
-    sel: Selection,
-) -> None:  # fmt: skip
-    st.subheader(f"One run — {sel.hardware}")
-    ids = list(runs["run_id"].iloc[::-1])
-    run_id = st.selectbox("Run", ids, format_func=lambda r: f"{labels[r]} · {r[:8]}", key="run")
-    info, cases, samples = _run_detail(key, token, run_id)
-    if info is None:
-        st.warning(f"run {run_id} is no longer stored")
-        return
-    st.caption(f"commit `{info['commit']}` ({info['branch'] or '-'}), started {info['started_at']:%Y-%m-%d %H:%M} "
-               f"UTC, {info['mode']}, host {info['hostname']}, status **{info['status']}**")  # fmt: skip
-    shown = ["case", "status", "median_us", "eager_us", "cublas_us", "t_sol_us", "score", "error", "config"]
+    view = jobs.assign(commit=jobs["commit"].map(fmt.short), run_id=jobs["run_id"].map(lambda r: fmt.short(r, 8)))
     st.dataframe(
-        cases[[c for c in shown if c in cases.columns]],
+        view,
         hide_index=True,
+        placeholder=fmt.DASH,
+        key="jobs-table",
+        height=_rows(len(view), 10),
+        column_config={
+            c: st.column_config.DatetimeColumn(c, format="YYYY-MM-DD HH:mm:ss")
+            for c in ("enqueued_at", "started_at", "finished_at")
+        },
+    )
+
+
+def _run_detail_section(key: str, token: tuple, run: pd.Series, sel: Selection) -> None:
+    st.subheader(f"One run — {fmt.md(sel.hardware)}")
+    info, cases, samples = _run_detail(key, token, run["run_id"])
+    if info is None:
+        st.warning(f"run {fmt.md(run['run_id'])} is no longer stored")
+        return
+    st.caption("The run picked in the sidebar (Run shown).")
+    st.text(
+        f"commit {info['commit']} ({info['branch'] or '-'}), started {info['started_at']:%Y-%m-%d %H:%M} UTC, "
+        f"{info['mode']}, host {info['hostname']}, status {info['status']}, verdict {run['verdict']}"
+    )
+    failure = data.failure_text(run)
+    if failure:
+        st.error(f"{fmt.md(failure)}")
+        errs = cases[cases["error"].notna() & (cases["status"] != "pass")]
+        if not errs.empty:
+            st.text(str(errs["error"].iloc[0])[-8000:])
+    shown = ["case", "status", "median_us", "eager_us", "cublas_us", "t_sol_us", "score", "error_line"]
+    view = cases[cases["case"] != data.SUITE].assign(score=lambda t: t["score"].where(t["status"] == "pass"))
+    st.dataframe(
+        view[shown],
+        hide_index=True,
+        placeholder=fmt.DASH,
         key="run-cases",
-        height=_rows(len(cases)),
-        column_config={"score": st.column_config.NumberColumn("SOL score", format="percent"), **_US_COLUMNS},
+        height=_rows(len(view)),
+        column_config={
+            "score": st.column_config.NumberColumn("SOL score", format="percent"),
+            "error_line": st.column_config.TextColumn("error", width="large"),
+            **_US_COLUMNS,
+        },
     )
     relative = st.toggle("Samples relative to each case's median", value=True, key="samples-relative")
-    fig = charts.samples_figure(samples, hardware=sel.hardware, run_label=f"run {labels[run_id]}", relative=relative)
-    st.plotly_chart(fig, key="samples")
-    mine = flags[flags["run_id"] == run_id] if not flags.empty else flags
-    if not mine.empty:
-        st.markdown("**Flags of this run**")
-        st.dataframe(mine[["case", "kind", "magnitude", "p_value", "message"]], hide_index=True, key="run-flags")
-    job = jobs[jobs["run_id"] == run_id] if not jobs.empty else jobs
-    if not job.empty:
-        with st.expander(f"Log of job {int(job.iloc[0]['id'])}"):
-            st.code(job.iloc[0]["log"] or "(no log)", language=None)
+    fig = charts.samples_figure(samples, hardware=sel.hardware, run_label=f"run {run['label']}", relative=relative)
+    st.plotly_chart(fig, key="samples", **PLOTLY)
+    _log_expander(key, token, run)

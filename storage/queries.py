@@ -165,11 +165,15 @@ def recent_passing_samples(
                      AND (started_at < ? OR (started_at = ? AND seq < ?))
                    ORDER BY started_at DESC, seq DESC LIMIT ?""",
                 [
-                    info["hardware_label"], info["protocol"], info["started_at"], info["started_at"],
-                    info["seq"], int(n_runs),
+                    info["hardware_label"],
+                    info["protocol"],
+                    info["started_at"],
+                    info["started_at"],
+                    info["seq"],
+                    int(n_runs),
                 ],
             ).fetchall()
-        ]  # fmt: skip
+        ]
         base = _samples_of(conn, base_ids, impl) if base_ids else own.iloc[0:0]
     return info, own, base
 
@@ -270,10 +274,12 @@ def gaps(db: Database, run_id: str | None = None) -> pd.DataFrame:
             ORDER BY me.m, me.case_name
             """,
             {
-                "run": run_id, "commit": info["commit"], "hw": info["hardware_label"],
+                "run": run_id,
+                "commit": info["commit"],
+                "hw": info["hardware_label"],
                 "proto": info["protocol"],
             },
-        ).df()  # fmt: skip
+        ).df()
 
 
 def protocol_names(db: Database) -> dict[str, str]:
@@ -324,8 +330,7 @@ def run_sql(db: Database, query: str) -> pd.DataFrame:
                 result = conn.execute(st.query)
             except duckdb.PermissionException as exc:
                 raise StorageError(
-                    f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): "
-                    f"{exc}"
+                    f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): {exc}"
                 ) from None
             except duckdb.InvalidInputException as exc:
                 if "read-only" in str(exc) or "configuration" in str(exc):
@@ -344,9 +349,15 @@ _SERIES_COLUMNS = """r.run_id, r."commit", r.purpose, r.job_id, r.started_at, r.
 
 
 def series_runs(
-    db: Database, *, hardware: str, protocol: str, run_id: str, ancestry: list[str] | None,
-    branch: str | None = None, max_runs: int = 2000,
-) -> pd.DataFrame:  # fmt: skip
+    db: Database,
+    *,
+    hardware: str,
+    protocol: str,
+    run_id: str,
+    ancestry: list[str] | None,
+    branch: str | None = None,
+    max_runs: int = 2000,
+) -> pd.DataFrame:
     """The figures judging reads for ``run_id``'s series: one row per run x case of every passing,
     unquarantined GPU run of the series (this hardware label and protocol) on ``ancestry`` (the run's commit
     and its first-parent ancestors, newest first), ``run_id`` itself excluded; rows ordered by the commit's
@@ -430,9 +441,13 @@ def verdict_cases(db: Database, run_id: str) -> pd.DataFrame:
 
 
 def changes(
-    db: Database, *, hardware: str | None = None, status: str | None = None, commit: str | None = None,
+    db: Database,
+    *,
+    hardware: str | None = None,
+    status: str | None = None,
+    commit: str | None = None,
     limit: int | None = None,
-) -> pd.DataFrame:  # fmt: skip
+) -> pd.DataFrame:
     """Every detected step, newest first, one row each: step_id, commit, status, direction, detected_by, cases
     moved, suite change with its interval, the worst case, fixed_by, ack_reason, message, hardware, protocol,
     created_at, started_at (of the culprit's run). Filters: hardware label or GPU model, status, commit prefix."""
@@ -609,8 +624,26 @@ def window_cases(db: Database, run_ids: list[str]) -> pd.DataFrame:
     """Per run x case of these runs, oldest first: run_id, commit, branch, started_at, hardware (label), case,
     m, status, median_us, eager_us, cublas_us, t_sol_us, score, and the spread of the kernel's raw samples
     under the run's primary protocol (q25_us, q75_us, min_us, max_us, n)."""
-    cols = ["run_id", "commit", "branch", "started_at", "hardware", "case", "m", "status", "median_us", "eager_us",
-            "cublas_us", "t_sol_us", "score", "q25_us", "q75_us", "min_us", "max_us", "n"]  # fmt: skip
+    cols = [
+        "run_id",
+        "commit",
+        "branch",
+        "started_at",
+        "hardware",
+        "case",
+        "m",
+        "status",
+        "median_us",
+        "eager_us",
+        "cublas_us",
+        "t_sol_us",
+        "score",
+        "q25_us",
+        "q75_us",
+        "min_us",
+        "max_us",
+        "n",
+    ]
     if not run_ids:
         return pd.DataFrame(columns=cols)
     with db.read() as conn:

@@ -15,7 +15,7 @@ if not HAS_CUDA:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_CUDA:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run through the device tool)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; run on a GPU host (see README, GPU tests)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

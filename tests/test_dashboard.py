@@ -1,10 +1,14 @@
-"""The dashboard: pure chart functions, the streamlit app (AppTest) on fabricated histories, `solci dashboard`
-really serving, and `solci up --no-serve` measuring a real repository (Triton's interpreter, case 1,7)."""
+"""The dashboard: what it reads (stored verdicts and steps, never detection), its tables, the pure chart
+functions, the streamlit app (AppTest) on a judged history with passing, regressed, drifting, incorrect, crashed
+and CPU-interpreter runs, `solci dashboard` really serving, the read commands' messages and number formats, and
+`solci up --no-serve` measuring a real repository (Triton's interpreter, case 1,7)."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,9 +26,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ci.judging import judge_run
-from dashboard import charts, data
+from dashboard import charts, data, fmt
 from dashboard.data import Selection
-from kernel.workload import SMOKE_CASES
+from kernel.workload import CASES, SMOKE_CASES
 from storage import queries
 from storage.db import Database
 from storage.ingest import ingest_result
@@ -35,37 +39,113 @@ from tests.repo_factory import PROJECT, make_project_repo
 APP = str(PROJECT / "dashboard" / "app.py")
 H200 = "NVIDIA H200"
 CPU = "cpu-interpreter"
-N_GPU_RUNS = 12
-SLOW_FROM = 6  # runs 6.. are 15% slower: a regression at run 6
+N_GPU_RUNS = 12  # runs 0..11 on main; then a run on a crafted branch, then a crashed one (the newest GPU run)
+SLOW_FROM = 6  # runs 6.. are 15% slower: a regression at run 6, confirmed by interleaved re-measurement
+DRIFT_RUN = 8  # the kernel and the in-run baselines 10% slower together: machine drift (judged ambiguous)
 INCORRECT_RUN = 9
+CRAFTED_RUN = 12
+CRASHED_RUN = 13
+CRAFTED_BRANCH = "![x](http://127.0.0.1:9/x.png) <img src=x>"
+CRASH_ERROR = (
+    "Traceback (most recent call last):\n"
+    '  File "/work/kernel/__init__.py", line 3, in <module>\n'
+    "    from kernel.attn import attn_output_proj_backward\n"
+    "SyntaxError: invalid syntax"
+)
+N_CASES = len(CASES)
 
 
-def fill_history(db: Database) -> None:
-    """12 H200 runs (a 15% step at run 6, one run with an incorrect case), then 2 CPU-interpreter runs (the
-    latest), judged as the runner does; and a job queue with a job of each status."""
-    docs = []
-    for i in range(N_GPU_RUNS):
-        docs.append(make_result(
-            run_id=f"gpu{i:03d}", commit=f"{i:02d}aa{i:02d}bb{i:02d}cc", started_at=BASE_TIME + i * timedelta(hours=1),
-            scale=1.15 if i >= SLOW_FROM else 1.0, status={"B1_S256": "incorrect"} if i == INCORRECT_RUN else "pass",
-            branch="main" if i % 4 else "feature",
-        ))  # fmt: skip
+def commit_of(i: int) -> str:
+    return f"{i:02d}aa{i:02d}bb{i:02d}cc"
+
+
+def run_id_of(i: int) -> str:
+    return f"gpu{i:03d}"
+
+
+def fill_history(db: Database) -> dict:
+    """Runs as the runner stores and judges them (ingest_result, then judge_run along the first-parent chain):
+
+    - 12 H200 runs on main: a 15% step at run 6 (confirmed with a fake interleaved re-measurement: 4
+      confirmation runs), run 8 with kernel and in-run baselines 10% slower together (drift), run 9 with an
+      incorrect case;
+    - run 12 on a crafted branch name (Markdown image and an HTML tag), run 13 crashed in every case with the
+      same SyntaxError (the newest H200 run);
+    - 2 CPU-interpreter runs, the newest of all;
+    - a job queue: the crashed run's job failed with its log, a done job linked to run 11, one running, one
+      queued.
+    Returns {"steps": [...], "confirm_runs": [...]}."""
+    chain = [commit_of(i) for i in range(CRASHED_RUN + 1)]
+    level = {c: (1.15 if i >= SLOW_FROM else 1.0) for i, c in enumerate(chain)}
+    confirm_runs: list[str] = []
+
+    def confirm(parent: str, commit: str, cases: list[str]) -> list[tuple[str, str]]:
+        out = []
+        for k, label in enumerate(("A", "B", "B", "A")):
+            c = parent if label == "A" else commit
+            doc = make_result(
+                run_id=f"confirm{len(confirm_runs):03d}",
+                commit=c,
+                cases=cases,
+                scale=level[c],
+                started_at=BASE_TIME + chain.index(commit) * timedelta(hours=1) + timedelta(minutes=5 + k),
+            )
+            ingest_result(db, doc, purpose="confirm")
+            confirm_runs.append(doc["run_id"])
+            out.append((label, doc["run_id"]))
+        return out
+
+    job_done = enqueue(db, "local", commit_of(11), branch="main")[0]
+    assert claim_next(db, "w", "gpu0") is not None
+    job_crash = enqueue(db, "local", commit_of(CRASHED_RUN), branch="main")[0]
+    assert claim_next(db, "w", "gpu2") is not None
+    for i in range(CRASHED_RUN + 1):
+        kw: dict = {"branch": "main"}
+        if i == DRIFT_RUN:
+            kw.update(scale=1.15 * 1.10, control_scale=1.10)
+        elif i == INCORRECT_RUN:
+            kw.update(scale=level[chain[i]], status={"B1_S256": "incorrect"})
+        elif i == CRASHED_RUN:
+            kw.update(status="error")
+        else:
+            kw.update(scale=level[chain[i]])
+        if i == CRAFTED_RUN:
+            kw["branch"] = CRAFTED_BRANCH
+        doc = make_result(run_id=run_id_of(i), commit=chain[i], started_at=BASE_TIME + i * timedelta(hours=1), **kw)
+        if i == CRASHED_RUN:
+            for c in doc["cases"]:
+                c["error"] = CRASH_ERROR
+        ingest_result(db, doc, job_id={11: job_done, CRASHED_RUN: job_crash}.get(i))
+        # the drift run is judged on its screening alone (no re-measurement): drift makes it ambiguous
+        judge_run(db, doc["run_id"], ancestry=chain[: i + 1][::-1], confirm=None if i == DRIFT_RUN else confirm)
+    finish(db, job_done, status="done", outcome="passed", log="measured 16 cases\npassed", run_id=run_id_of(11))
+    finish(
+        db,
+        job_crash,
+        status="failed",
+        outcome="crashed",
+        log="building ...\n" + CRASH_ERROR,
+        run_id=run_id_of(CRASHED_RUN),
+    )
     for i in range(2):
-        docs.append(make_result(
-            run_id=f"cpu{i:03d}", commit=f"{i:02d}cpu", cases=SMOKE_CASES, gpu_model=None, hardware_label=CPU,
-            protocol="pcpu", started_at=BASE_TIME + timedelta(days=2, hours=i), n_samples=5, noise=0.05,
+        doc = make_result(
+            run_id=f"cpu{i:03d}",
+            commit=f"{i:02d}cpu",
+            cases=SMOKE_CASES,
+            gpu_model=None,
+            hardware_label=CPU,
+            protocol="pcpu",
+            started_at=BASE_TIME + timedelta(days=2, hours=i),
+            n_samples=5,
+            noise=0.05,
             medians={c.name: 2e6 * (k + 1) for k, c in enumerate(SMOKE_CASES)},
-        ))  # fmt: skip
-    for doc in docs:
+        )
         ingest_result(db, doc)
         judge_run(db, doc["run_id"])
-    enqueue(db, "local", "f" * 40, branch="main")
-    job = claim_next(db, "w", "gpu0")
-    assert job is not None
-    finish(db, job.id, status="failed", outcome="build_failed", log="fabricated build failure")
     enqueue(db, "local", "e" * 40, branch="main")
     enqueue(db, "local", "d" * 40, branch="main")
     claim_next(db, "w", "gpu1")
+    return {"confirm_runs": confirm_runs, "steps": list(queries.changes(db)["step_id"])}
 
 
 @pytest.fixture(scope="module")
@@ -79,124 +159,255 @@ def history_db(tmp_path_factory: pytest.TempPathFactory) -> Database:
 def h200(history_db: Database) -> dict:
     """The H200 selection's frames, as the app loads them."""
     sel = Selection(H200, "p1")
-    runs = data.selected_runs(history_db, sel)
-    hist = data.case_history(history_db, sel, list(runs["run_id"]))
-    cases = hist.drop_duplicates("case")["case"].tolist()
+    win = data.window(history_db, sel)
+    ids = list(win["run_id"])
+    ch = data.changes(history_db, sel)
     return {
-        "runs": runs, "hist": hist, "flags": data.selected_flags(history_db, runs),
-        "steps": data.steps(history_db, sel, cases), "run_id": runs["run_id"].iloc[-1],
-    }  # fmt: skip
+        "sel": sel,
+        "win": win,
+        "runs": win,
+        "changes": ch,
+        "hist": data.chart_cases(history_db, ids),
+        "marks": data.chart_marks(history_db, ids),
+        "steps": data.chart_steps(ch, history_db, sel, ids),
+    }
+
+
+def _plain(markdown: str) -> str:
+    """The characters a Markdown text of fmt.md shows (backslash escapes and character references undone)."""
+    text = html.unescape(re.sub(r"\\(.)", r"\1", markdown)).replace(fmt.WORD_JOINER, "")
+    return re.sub(r"(`+) ?(.*?) ?\1", r"\2", text)  # code spans: their text
 
 
 def _names(fig: go.Figure) -> list[str]:
     return [t.name for t in fig.data if t.name]
 
 
-def _text(fig: go.Figure) -> str:
-    """Title, subtitle and axis titles of a figure."""
-    lay = fig.layout
-    parts = [lay.title.text or "", (lay.title.subtitle.text or "") if lay.title.subtitle else ""]
-    for ax in ("xaxis", "yaxis"):
-        parts.append(getattr(lay, ax).title.text or "")
-    return " | ".join(parts)
+def _row(win: pd.DataFrame, i: int) -> dict:
+    return win[win["run_id"] == run_id_of(i)].iloc[0].to_dict()
 
 
 # ------------------------------------------------------------------------------------------------ data
-def test_selection_defaults_and_options(history_db: Database) -> None:
-    runs = data.all_runs(history_db)
-    assert data.default_selection(runs) == Selection(CPU, "pcpu")  # the most recent run's
-    assert data.hardware_options(runs) == [CPU, H200]
-    assert data.protocol_options(runs, H200) == ["p1"]
-    sel = data.selected_runs(history_db, Selection(H200, "p1", limit=5))
-    assert len(sel) == 5 and set(sel["hardware"]) == {H200} and sel["started_at"].is_monotonic_increasing
+def test_judging_stored_what_the_dashboard_shows(history_db: Database) -> None:
+    """The fixture is judged as the runner judges: the step at run 6 is confirmed (open), run 8 is drift."""
+    v = {i: queries.verdict(history_db, run_id_of(i))["verdict"] for i in range(CRASHED_RUN + 1)}
+    assert v[0] == "baseline" and v[SLOW_FROM] == "regressed" and v[DRIFT_RUN] == "ambiguous"
+    assert v[INCORRECT_RUN] == "incorrect" and v[CRASHED_RUN] == "broken"
+    assert all(v[i] == "pass" for i in (1, 2, 3, 4, 5, 7, 10, 11, CRAFTED_RUN)), v
+    assert queries.verdict(history_db, run_id_of(DRIFT_RUN))["drift"] is True
 
 
-def test_history_has_spread_and_never_mixes_hardware(h200: dict) -> None:
-    hist = h200["hist"]
-    assert set(hist["hardware"]) == {H200}
-    assert len(hist) == N_GPU_RUNS * 16
-    ok = hist.dropna(subset=["q25_us"])
-    assert ((ok["q25_us"] <= ok["median_us"] + 1e-9) & (ok["median_us"] <= ok["q75_us"] + 1e-9)).all()
+def test_hardware_defaults_to_the_latest_passing_gpu_run(history_db: Database) -> None:
+    summ = data.summary(history_db)
+    assert set(summ["hardware"]) == {H200, CPU}
+    # the newest run of all is a CPU-interpreter run and the newest H200 run crashed: still the H200 first
+    assert data.hardware_options(summ) == [H200, CPU]
+    assert data.default_selection(summ) == Selection(H200, "p1")
+    assert data.protocol_options(summ, CPU) == ["pcpu"]
+    assert data.branch_options(summ, H200, "p1") == sorted([CRAFTED_BRANCH, "main"])
+    only_cpu = summ[summ["hardware"] == CPU]
+    assert data.hardware_options(only_cpu) == [CPU]
 
 
-def test_flag_table_merges_flags_and_change_points_newest_first(h200: dict) -> None:
-    kinds = set(h200["flags"]["kind"])
-    assert {"regression", "incorrect"} <= kinds
-    assert (h200["steps"]["case"] == "__suite__").any()  # the 15% step is found in the suite series
-    table = data.flag_table(h200["flags"], h200["steps"])
-    assert {"verdict (confirmed)", "stored step"} == set(table["source"])
-    assert table["started_at"].is_monotonic_decreasing
-    step = table[table["source"] == "stored step"].iloc[-1]
-    assert step["commit"].startswith(f"{SLOW_FROM:02d}") and step["change"] == pytest.approx(0.15, abs=0.02)
+def test_window_is_the_newest_measured_runs_with_their_verdicts(history_db: Database) -> None:
+    win = data.window(history_db, Selection(H200, "p1"))
+    assert list(win["run_id"]) == [run_id_of(i) for i in range(CRASHED_RUN + 1)]  # no confirmation runs
+    assert win["started_at"].is_monotonic_increasing and set(win["hardware"]) == {H200}
+    small = data.window(history_db, Selection(H200, "p1", limit=3))
+    assert list(small["run_id"]) == [run_id_of(i) for i in (11, 12, 13)]
+    main = data.window(history_db, Selection(H200, "p1", branch="main"))
+    assert run_id_of(CRAFTED_RUN) not in set(main["run_id"]) and len(main) == CRASHED_RUN
+    crashed = _row(win, CRASHED_RUN)
+    assert crashed["n_failed"] == N_CASES and crashed["n_errors"] == 1
+    assert crashed["error_line"] == "SyntaxError: invalid syntax"  # the traceback's last line, not its first
+    assert data.default_run(win) == run_id_of(CRAFTED_RUN)  # the newest passing run, not the crashed one
+    assert data.default_run(win.iloc[: INCORRECT_RUN + 1]) == run_id_of(INCORRECT_RUN - 1)
+
+
+def test_overview_has_one_row_per_run_and_one_error_line_per_failed_run(h200: dict) -> None:
+    table = data.overview_table(h200["win"])
+    assert len(table) == CRASHED_RUN + 1 and table["time"].is_monotonic_decreasing
+    rows = table.set_index("run_id")
+    crashed = rows.loc[run_id_of(CRASHED_RUN)]
+    assert crashed["verdict"] == "broken" and crashed["moved"] == fmt.DASH
+    assert crashed["note"] == f"error in {N_CASES} of {N_CASES} cases: SyntaxError: invalid syntax"
+    regressed = rows.loc[run_id_of(SLOW_FROM)]
+    assert regressed["verdict"] == "regressed" and regressed["step"] == "open"
+    assert regressed["moved"] == f"{N_CASES}/{N_CASES}"
+    assert regressed["suite change [interval]"].startswith("+15.0% [+1")
+    drift = rows.loc[run_id_of(DRIFT_RUN)]
+    assert drift["verdict"] == "ambiguous" and drift["note"].startswith("machine drift: eager/cuBLAS moved +10")
+    incorrect = rows.loc[run_id_of(INCORRECT_RUN)]
+    assert incorrect["note"] == "incorrect: B1_S256: fabricated incorrect"
+    passing = rows.loc[run_id_of(3)]
+    assert passing["moved"] == f"0/{N_CASES}" and passing["note"] == "" and passing["step"] == ""
+    assert data.attention_run(h200["win"]) == run_id_of(CRASHED_RUN)
+
+
+def test_changes_list_each_stored_step_once(history_db: Database, h200: dict) -> None:
+    ch = h200["changes"]
+    opened = ch[ch["commit"] == commit_of(SLOW_FROM)]
+    assert len(opened) == 1 and opened.iloc[0]["status"] == "open" and opened.iloc[0]["detected_by"] == "confirmed"
+    drift = ch[ch["commit"] == commit_of(DRIFT_RUN)]
+    assert list(drift["status"]) == ["ambiguous"]
+    table = data.changes_table(ch)
+    assert len(table) == len(ch) == len(set(ch["step_id"]))
+    row = table[table["step_id"] == opened.iloc[0]["step_id"]].iloc[0]
+    assert row["moved"] == f"{N_CASES}/{N_CASES}" and row["suite change [interval]"].startswith("+15.0% [")
+    assert row["worst case"].split()[0] in {c.name for c in CASES}
+    cases = data.step_cases(history_db, opened.iloc[0]["step_id"])
+    assert len(cases) == N_CASES and (cases["after_us"] > cases["before_us"]).all()
+
+
+def test_chart_steps_come_from_stored_steps(h200: dict) -> None:
+    steps = h200["steps"]
+    assert set(steps["run_id"]) == {run_id_of(SLOW_FROM)}  # the ambiguous drift step is not a level change
+    suite = steps[steps["case"] == "__suite__"].iloc[0]
+    assert suite["change"] == pytest.approx(0.15, abs=0.01)
+    assert len(steps) == N_CASES + 1
+
+
+def test_sol_table_gives_failed_cases_no_score(history_db: Database) -> None:
+    table = data.sol_table(history_db, run_id_of(INCORRECT_RUN)).set_index("case")
+    assert table.loc["B1_S256", "status"] == "incorrect" and pd.isna(table.loc["B1_S256", "score"])
+    assert pd.isna(table.loc["B1_S256", "gap"]) and table.drop(index="B1_S256")["score"].notna().all()
+    crashed = data.sol_table(history_db, run_id_of(CRASHED_RUN))
+    assert crashed["score"].isna().all()  # never 0 %
+    best = data.best_score(history_db, Selection(H200, "p1"))
+    assert best is not None and best["run_id"] == run_id_of(0)  # the fastest level, its first run
+
+
+def test_judging_constants_match() -> None:
+    from ci.judge import BOUNDARY_STATUSES, STEP_STATUSES
+
+    assert data.BOUNDARY_STATUSES == BOUNDARY_STATUSES and data.STEP_STATUSES == STEP_STATUSES
+
+
+def test_stored_strings_are_escaped_for_markdown_and_plotly() -> None:
+    md = fmt.md(CRAFTED_BRANCH)
+    assert "![" not in md and "](" not in md and not re.search(r"(?<!\\)[<>\[\]()!]", md)
+    assert _plain(md) == CRAFTED_BRANCH and "http://" not in md  # the same characters, shown literally, no link
+    assert fmt.html(CRAFTED_BRANCH) == "![x](http://127.0.0.1:9/x.png) &lt;img src=x&gt;"
+    assert fmt.md("a\nb") == "a b"
+    assert fmt.pct(0.6214) == "62.1%" and fmt.pct(None) == fmt.DASH and fmt.signed_pct(0.031) == "+3.1%"
+    assert fmt.interval(0.031, 0.02, 0.042) == "+3.1% [+2.0%, +4.2%]" and fmt.p_value(3.2e-31) == "<0.0001"
+    assert fmt.p_value(0.04567) == "0.046" and fmt.ratio(1.0623) == "1.06×" and fmt.us(float("nan")) == fmt.DASH
+
+
+def test_dashboard_reads_go_through_storage_queries() -> None:
+    """No SQL in dashboard/ (every read is a function of storage.queries); no detection either."""
+    for path in (PROJECT / "dashboard").glob("*.py"):
+        text = path.read_text()
+        for word in (
+            "SELECT ",
+            "import duckdb",
+            "duckdb.connect",
+            ".execute(",
+            "ruptures",
+            "from ci.judg",
+            "import ci.judg",
+        ):
+            assert word not in text, (path.name, word)
 
 
 # ------------------------------------------------------------------------------------------------ charts
 def test_case_history_figure(h200: dict) -> None:
-    fig = charts.case_history_figure(h200["hist"], case="B64_S128", hardware=H200, protocol="p1",
-                                     flags=h200["flags"], steps=h200["steps"])  # fmt: skip
+    fig = charts.case_history_figure(
+        h200["hist"], case="B64_S128", hardware=H200, protocol="p1", flags=h200["marks"], steps=h200["steps"]
+    )
     names = _names(fig)
     for expected in ("kernel median", "kernel p25–p75", "eager (PyTorch)", "cuBLAS (2 GEMMs)", "regression"):
         assert expected in names
     assert any(n.startswith("T_SOL") for n in names)
     assert H200 in fig.layout.title.text and H200 in fig.layout.yaxis.title.text
     median = next(t for t in fig.data if t.name == "kernel median")
-    assert list(median.x) == [f"{i:02d}aa{i:02d}bb" for i in range(N_GPU_RUNS)]  # commits, oldest first
+    assert list(median.x) == [commit_of(i)[:8] for i in range(CRASHED_RUN + 1)]  # commits, oldest first
     regression = next(t for t in fig.data if t.name == "regression")
-    assert f"{SLOW_FROM:02d}aa{SLOW_FROM:02d}bb" in regression.x
-    assert any(s.type == "line" for s in fig.layout.shapes)  # the change point
+    assert commit_of(SLOW_FROM)[:8] in regression.x
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert [s.x0 for s in lines] == [commit_of(SLOW_FROM)[:8]]  # the stored step, once
+    assert any(a.text.startswith("step +15") for a in fig.layout.annotations)
 
 
-def test_suite_history_figure_marks_the_failed_run(h200: dict) -> None:
-    fig = charts.suite_history_figure(h200["runs"], hardware=H200, protocol="p1", flags=h200["flags"],
-                                      steps=h200["steps"], t_sol_us=39.6)  # fmt: skip
+def test_suite_history_figure_marks_failed_runs(h200: dict) -> None:
+    fig = charts.suite_history_figure(
+        h200["win"], hardware=H200, protocol="p1", flags=h200["marks"], steps=h200["steps"], t_sol_us=39.6
+    )
     names = _names(fig)
     assert {"kernel geomean", "eager (PyTorch)", "cuBLAS (2 GEMMs)", "run failed (no suite figure)"} <= set(names)
     failed = next(t for t in fig.data if t.name == "run failed (no suite figure)")
-    assert list(failed.x) == [f"{INCORRECT_RUN:02d}aa{INCORRECT_RUN:02d}bb"]
-    assert H200 in fig.layout.title.text and H200 in fig.layout.yaxis.title.text
+    assert list(failed.x) == [commit_of(INCORRECT_RUN)[:8], commit_of(CRASHED_RUN)[:8]]
+    geomean = next(t for t in fig.data if t.name == "kernel geomean")
+    crafted = list(geomean.x).index(commit_of(CRAFTED_RUN)[:8])
+    assert "&lt;img src=x&gt;" in geomean.customdata[crafted][1]  # the branch, escaped for plotly
+    assert geomean.customdata[-1][4] == "–"  # the crashed run has no SOL score, not 0 %
 
 
-def test_case_grid_one_panel_per_case(h200: dict) -> None:
-    fig = charts.case_grid_figure(h200["hist"], hardware=H200, flags=h200["flags"])
-    assert len(fig.layout.annotations) >= 16 and H200 in fig.layout.title.text
-    assert sum(1 for t in fig.data if t.name == "kernel median") == 16
+def test_case_grid_one_panel_per_case_with_commit_labels(h200: dict) -> None:
+    fig = charts.case_grid_figure(h200["hist"], hardware=H200, flags=h200["marks"], steps=h200["steps"])
+    assert {a.text for a in fig.layout.annotations} >= {c.name for c in CASES} and H200 in fig.layout.title.text
+    assert sum(1 for t in fig.data if t.name == "kernel median") == N_CASES
+    axes = [v for k, v in fig.layout.to_plotly_json().items() if k.startswith("xaxis")]
+    assert len(axes) == N_CASES and all(a.get("showticklabels", True) and a["nticks"] == 3 for a in axes)
+    assert len([s for s in fig.layout.shapes if s.type == "line"]) == N_CASES  # the step, in every panel
 
 
-def test_sol_figures(history_db: Database, h200: dict) -> None:
-    table = data.sol_table(history_db, h200["run_id"])
+def test_sol_figures(history_db: Database) -> None:
+    table = data.sol_table(history_db, run_id_of(11))
     fig = charts.sol_scores_figure(table, hardware=H200, run_label="run x")
-    assert len(fig.data) == 1 and len(fig.data[0].x) == 16
+    assert len(fig.data) == 1 and len(fig.data[0].x) == N_CASES
     assert fig.data[0].y == pytest.approx(list(table["score"] * 100))
     assert H200 in fig.layout.title.text and H200 in fig.layout.yaxis.title.text
+    bad = charts.sol_scores_figure(
+        data.sol_table(history_db, run_id_of(INCORRECT_RUN)), hardware=H200, run_label="run y"
+    )
+    texts = dict(zip(bad.data[0].x, bad.data[0].text, strict=True))
+    assert texts["B1_S256"] == "incorrect" and texts["B4_S128"].endswith("%")  # a failed case: no 0 % bar
     lat = charts.sol_latency_figure(table, hardware=H200, run_label="run x")
     assert {"kernel median", "T_SOL", "cuBLAS (2 GEMMs)", "eager (PyTorch)"} == set(_names(lat))
-    cpu = charts.sol_scores_figure(pd.DataFrame({"case": ["B1_S7"], "status": ["pass"], "score": [None],
-                                                 "median_us": [1.0], "t_sol_us": [None]}),
-                                   hardware=CPU, run_label="run y")  # fmt: skip
+    cpu = charts.sol_scores_figure(
+        pd.DataFrame({"case": ["B1_S7"], "status": ["pass"], "score": [None], "median_us": [1.0], "t_sol_us": [None]}),
+        hardware=CPU,
+        run_label="run y",
+    )
     assert len(cpu.data) == 0 and CPU in cpu.layout.title.text
 
 
-def test_records_compare_only_sol_scores(history_db: Database, h200: dict) -> None:
+def test_records_show_the_projects_best_beside_the_b200_leaderboard(history_db: Database) -> None:
     published = data.published_records(history_db)
-    run = queries.run_info(history_db, h200["run_id"])
-    assert run is not None
-    fig = charts.records_figure(published, hardware=H200, project_score=run["score"], run_label="abc")
+    best = data.best_score(history_db, Selection(H200, "p1"))
+    assert best is not None
+    fig = charts.records_figure(published, hardware=H200, project_best=best, run_score=0.2, run_label="abc")
     bar = fig.data[0]
-    assert len(bar.y) == len(published) + 1
-    assert sum(f"({H200})" in n for n in bar.y) == 1 and sum("(B200)" in n for n in bar.y) == len(published)
-    assert max(bar.x) <= 100 and "% of SOL" in fig.layout.xaxis.title.text
+    assert len(bar.y) == len(published) + 2
+    assert sum("solci best" in n for n in bar.y) == 1 and sum("(B200)" in n for n in bar.y) == len(published)
+    assert best["score"] * 100 in list(bar.x) and 20.0 in list(bar.x)
+    assert (
+        max(bar.x) <= 100
+        and "% of SOL" in fig.layout.xaxis.title.text
+        and "higher is better" in (fig.layout.xaxis.title.text)
+    )
     assert "µs" not in (fig.layout.xaxis.title.text or "") + (fig.layout.yaxis.title.text or "")
-    assert run["score"] * 100 in list(bar.x)
+    same = charts.records_figure(published, hardware=H200, project_best=best, run_score=best["score"])
+    assert len(same.data[0].y) == len(published) + 1  # the shown run is the best: one bar, not two
+    assert "B200" in charts.RECORDS_CAVEAT and "never" in charts.RECORDS_CAVEAT
 
 
-def test_samples_figure(history_db: Database, h200: dict) -> None:
-    samples = queries.run_samples(history_db, h200["run_id"])
+def test_samples_figure_of_passing_and_failed_runs(history_db: Database) -> None:
+    samples = queries.run_samples(history_db, run_id_of(11))
     fig = charts.samples_figure(samples, hardware=H200, run_label="run x")
-    assert [t.type for t in fig.data] == ["box"] * 16
-    assert all(len(t.y) == 50 for t in fig.data)
+    assert [t.type for t in fig.data] == ["box"] * N_CASES and all(len(t.y) == 50 for t in fig.data)
     assert H200 in fig.layout.title.text and H200 in fig.layout.yaxis.title.text
     absolute = charts.samples_figure(samples, hardware=H200, run_label="run x", relative=False)
     assert "µs" in absolute.layout.yaxis.title.text
+    crashed = charts.samples_figure(
+        queries.run_samples(history_db, run_id_of(CRASHED_RUN)), hardware=H200, run_label="run y"
+    )
+    assert len(crashed.data) == 0 and "no timed samples" in crashed.layout.annotations[0].text
+    part = samples.copy()
+    part.loc[0, "samples_us"] = None  # one case without samples (an error case's LEFT JOIN)
+    fig = charts.samples_figure(part, hardware=H200, run_label="run z")
+    assert len(fig.data) == N_CASES - 1 and part.loc[0, "case"] in fig.layout.title.subtitle.text
 
 
 def test_charts_refuse_to_mix_hardware(h200: dict) -> None:
@@ -206,7 +417,7 @@ def test_charts_refuse_to_mix_hardware(h200: dict) -> None:
     with pytest.raises(ValueError, match="never mix"):
         charts.case_grid_figure(mixed, hardware=H200)
     with pytest.raises(ValueError, match="never mix"):
-        charts.suite_history_figure(h200["runs"].assign(hardware=CPU), hardware=H200)
+        charts.suite_history_figure(h200["win"].assign(hardware=CPU), hardware=H200)
     with pytest.raises(ValueError, match="never mix"):
         charts.sol_scores_figure(mixed, hardware=H200, run_label="x")
 
@@ -225,72 +436,174 @@ def _app(monkeypatch: pytest.MonkeyPatch, db_path: Path, **params: str) -> AppTe
     return at.run()
 
 
+def _app_on_run(monkeypatch: pytest.MonkeyPatch, db_path: Path, run_id: str, **params: str) -> AppTest:
+    """The app with ``run_id`` picked in the sidebar's run selector."""
+    at = _app(monkeypatch, db_path, **params)
+    assert not at.exception
+    return at.sidebar.selectbox(key="run").set_value(run_id).run()
+
+
 def _figures(at: AppTest) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
-def test_app_defaults_to_the_latest_runs_hardware(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _markdown(at: AppTest) -> list[str]:
+    out = [e.value for e in at.markdown] + [e.value for e in at.caption]
+    return out + [e.value for kind in ("info", "warning", "error", "success") for e in getattr(at, kind)]
+
+
+def test_app_opens_on_the_latest_passing_gpu_run(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
     at = _app(monkeypatch, history_db.path)
-    assert not at.exception
-    assert at.sidebar.selectbox(key="hardware").value == CPU
-    assert any("Triton's interpreter" in w.value for w in at.warning)
-    assert [m.label for m in at.metric][:3] == ["Status", "Suite geomean (µs)", "SOL score"]
-    for fig in _figures(at):
-        title = fig["layout"]["title"]["text"]
-        assert CPU in title and H200 not in title
+    assert not at.exception and not at.error
+    assert at.sidebar.selectbox(key="hardware").value == H200  # not the CPU interpreter, whose run is newest
+    assert at.sidebar.selectbox(key="run").value == run_id_of(CRAFTED_RUN)  # not the crashed newest run
+    m = _metrics(at)
+    assert m["Verdict"] == "pass" and m["SOL score"].endswith("%") and m["SOL score"] != "0.0%"
+    assert m["Kernel ÷ cuBLAS time"].endswith("×") and m["Open regressions"] == "1"
+    deltas = {x.label: x.delta for x in at.metric}
+    assert deltas["Kernel ÷ cuBLAS time"] == "lower is better"
+    warnings = " ".join(w.value for w in at.warning)
+    assert "did not pass" in warnings and "SyntaxError" in warnings  # the crashed newest run is named
+    assert at.subheader[0].value.startswith("Per run, newest first")
+    overview = at.dataframe[0].value
+    assert len(overview) == CRASHED_RUN + 1 and list(overview["verdict"])[:2] == ["broken", "pass"]
 
 
 @pytest.mark.parametrize(
     ("view", "headers"),
     [
+        ("Overview", ["Per run, newest first — NVIDIA H200"]),
+        ("Changes", ["Changes of level — NVIDIA H200"]),
         ("History", []),
-        ("Flags", [f"Flags — {H200}"]),
-        ("SOL and records", [f"Distance to SOL — {H200}", "Best-known records"]),
-        ("Runs and jobs", [f"Runs — {H200}", "Job queue", f"One run — {H200}"]),
+        ("SOL and records", ["Distance to SOL — NVIDIA H200", "Best-known records"]),
+        ("Runs and jobs", ["Runs — NVIDIA H200", "Job queue", "One run — NVIDIA H200"]),
     ],
 )
 def test_app_views_of_one_gpu(
     monkeypatch: pytest.MonkeyPatch, history_db: Database, view: str, headers: list[str]
 ) -> None:
-    at = _app(monkeypatch, history_db.path, hardware=H200, view=view)
-    assert not at.exception
-    assert not at.error
+    at = _app(monkeypatch, history_db.path, view=view)
+    assert not at.exception and not at.error
     subheaders = [s.value for s in at.subheader]
     for h in headers:
-        assert any(s.startswith(h) for s in subheaders), (h, subheaders)
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["SOL score"].endswith("%") and metrics["Status"] == "pass"
+        assert any(_plain(s).startswith(h) for s in subheaders), (h, subheaders)
     figures = _figures(at)
-    if view != "Flags":
+    if view in ("History", "SOL and records", "Runs and jobs"):
         assert figures
+    else:
+        assert not figures  # the Overview and Changes load no chart library
     for fig in figures:  # every figure names the GPU; none shows the CPU interpreter's timings
         text = json.dumps(fig["layout"].get("title", {}))
         assert H200 in text and CPU not in text
-    if view == "Flags":
-        assert len(at.dataframe) == 1 and len(at.dataframe[0].value) > 0
+    m = _metrics(at)
+    if view == "Changes":
+        table = at.dataframe[0].value
+        assert list(table["status"]).count("open") == 1 and "ambiguous" in set(table["status"])
+        assert len(at.dataframe[1].value) == N_CASES  # the open step's cases, shown without a click
+    if view == "History":
+        names = [t.get("name") for f in figures for t in f["data"]]
+        assert "regression" in names and "kernel geomean" in names and "run failed (no suite figure)" in names
+        titles = [f["layout"]["title"]["text"] for f in figures]
+        assert titles == [f"Suite geometric mean — {H200}", f"All cases — {H200}"]  # one case: when picked
+        at.selectbox(key=f"case-{H200}").set_value("B64_S128").run()
+        assert not at.exception
+        titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+        assert titles[-1] == f"B64_S128 latency — {H200}"
+        detail = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("B64_S128"))
+        assert {"kernel p25–p75", "eager (PyTorch)", "cuBLAS (2 GEMMs)", "regression"} <= {
+            t.get("name") for t in detail["data"]
+        }
+    if view == "SOL and records":
+        records = next(f for f in figures if "leaderboard" in f["layout"]["title"]["text"])
+        assert any("solci best" in y for y in records["data"][0]["y"])
+        assert any("B200" in c for c in (e.value for e in at.caption))
+        assert m["Project best SOL score"].endswith("%")
     if view == "Runs and jobs":
-        assert {"queued", "running", "done", "failed"} <= set(metrics)
-        assert metrics["failed"] == "1" and metrics["queued"] == "1"
+        assert {"queued", "running", "done", "failed"} <= set(m)
+        assert m["failed"] == "1" and m["queued"] == "1" and m["running"] == "1" and m["done"] == "1"
+        runs = at.dataframe[0].value.set_index("run_id")
+        assert pd.isna(runs.loc[run_id_of(CRASHED_RUN), "score"])  # "–", not 0 %
+
+
+def test_app_on_a_crashed_run(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+    """A failed run shows "–" and its error (never 0 %), in the headline, the SOL view and the run details."""
+    for view in ("SOL and records", "Runs and jobs"):
+        at = _app_on_run(monkeypatch, history_db.path, run_id_of(CRASHED_RUN), view=view)
+        assert not at.exception
+        m = _metrics(at)
+        assert m["Verdict"] == "broken" and m["SOL score"] == fmt.DASH and m["Suite geomean (µs)"] == fmt.DASH
+        assert m["Kernel ÷ cuBLAS time"] == fmt.DASH
+        assert all("0.0%" not in v for v in m.values())
+        errors = _plain(" ".join(e.value for e in at.error))
+        assert "SyntaxError: invalid syntax" in errors
+        if view == "Runs and jobs":
+            texts = " ".join(t.value for t in at.text)
+            assert "SyntaxError: invalid syntax" in texts and "building ..." in texts  # the error and the job's log
+            assert not _figures(at)[0]["data"]  # no samples to show, and no crash either
+
+
+def test_app_explains_drift(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+    at = _app_on_run(monkeypatch, history_db.path, run_id_of(DRIFT_RUN))
+    assert not at.exception
+    info = _plain(" ".join(i.value for i in at.info))
+    assert "machine drift" in info and "eager and cuBLAS baselines" in info
+
+
+def test_app_on_the_cpu_interpreter(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+    at = _app(monkeypatch, history_db.path, hardware=CPU)
+    assert not at.exception and not at.error
+    assert any("Triton's interpreter" in w.value for w in at.warning)
+    m = _metrics(at)
+    assert m["Verdict"] == "functional" and m["SOL score"] == fmt.DASH and m["Kernel ÷ cuBLAS time"] == fmt.DASH
+    at = _app(monkeypatch, history_db.path, hardware=CPU, view="History")
+    for fig in _figures(at):
+        title = fig["layout"]["title"]["text"]
+        assert CPU in title and H200 not in title
 
 
 def test_app_switches_hardware(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
     at = _app(monkeypatch, history_db.path)
-    at.sidebar.selectbox(key="hardware").set_value(H200).run()
+    at.sidebar.selectbox(key="hardware").set_value(CPU).run()
     assert not at.exception
-    assert at.sidebar.selectbox(key="protocol").value == "p1"
-    assert not at.warning
-    assert all(H200 in f["layout"]["title"]["text"] for f in _figures(at))
+    assert at.sidebar.selectbox(key="protocol").value == "pcpu"
+    assert at.sidebar.selectbox(key="run").value == "cpu001"
 
 
-def test_app_on_an_empty_database(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    at = _app(monkeypatch, tmp_path / "new" / "history.duckdb")
+def test_app_shows_stored_strings_literally(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+    """Issue 9: a crafted branch name must not become an image (or any markup) in the viewer's browser."""
+    at = _app_on_run(monkeypatch, history_db.path, run_id_of(CRAFTED_RUN))
     assert not at.exception
+    shown = [t for t in _markdown(at) if CRAFTED_BRANCH in _plain(t)]
+    assert shown, "the branch is shown in the headline"
+    for text in shown:  # outside code spans (shown verbatim) nothing is markup: no image, link or tag
+        outside = re.sub(r"(`+).*?\1", "", text)
+        assert "![" not in outside and "](" not in outside and not re.search(r"(?<!\\)<", outside), text
+        assert "http://" not in outside and "127.0.0.1" not in outside, text  # no autolink either
+
+
+def test_app_refuses_a_missing_history(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "new" / "history.duckdb"
+    at = _app(monkeypatch, path)
+    assert not at.exception
+    assert at.error and "No history at this path" in at.error[0].value
+    assert not path.exists() and not path.parent.exists()  # nothing was created
+
+
+def test_app_on_an_empty_history(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "empty.duckdb"
+    with Database(path).write():
+        pass
+    at = _app(monkeypatch, path)
+    assert not at.exception and not at.error
     assert any("No runs yet" in i.value and "solci up" in i.value for i in at.info)
 
 
 def test_app_shows_a_locked_database_as_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = tmp_path / "locked.duckdb"
-    Database(path).schema_version()
     with Database(path).write():
         pass
     monkeypatch.setenv(data.DASHBOARD_LOCK_ENV, "0.5")
@@ -311,10 +624,19 @@ def _free_port() -> int:
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "TRITON_INTERPRET"}
-    env.update(SOLCI_WORK=str(tmp / "work"), SOLCI_CACHE=str(tmp / "cache"), SOLCI_EXECUTOR="local",
-               PYTHONPATH=str(PROJECT))  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k not in ("TRITON_INTERPRET", "SOLCI_DB")
+    }
+    env.update(
+        SOLCI_WORK=str(tmp / "work"), SOLCI_CACHE=str(tmp / "cache"), SOLCI_EXECUTOR="local", PYTHONPATH=str(PROJECT)
+    )
     return env
+
+
+def _solci(args: list[str], tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ci.cli", *args], env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -327,9 +649,13 @@ def served(history_db: Database, tmp_path: Path) -> Iterator[tuple[subprocess.Po
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "ci.cli", "dashboard", "--db", str(history_db.path), "--port", str(port)],
-        env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         yield proc, port
     finally:
@@ -359,27 +685,108 @@ def test_solci_dashboard_serves(served: tuple[subprocess.Popen, int]) -> None:
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_solci_dashboard_and_up_refuse_a_taken_port(tmp_path: Path) -> None:
+def test_solci_dashboard_and_up_refuse_a_taken_port(history_db: Database, tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = str(s.getsockname()[1])
         for cmd in (["dashboard"], ["up", "--repo", str(tmp_path)]):
-            proc = subprocess.run([sys.executable, "-m", "ci.cli", *cmd, "--db", str(tmp_path / "h.duckdb"),
-                                   "--port", port], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
-                                  text=True, timeout=60)  # fmt: skip
+            proc = _solci([*cmd, "--db", str(history_db.path), "--port", port], tmp_path, timeout=60)
             assert proc.returncode == 2 and "already in use" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "http"])
+def test_a_bad_port_is_one_line(tmp_path: Path, port: str) -> None:
+    for cmd in ("dashboard", "up"):
+        proc = _solci([cmd, "--port", port], tmp_path, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--port" in lines[0] and "1-65535" in lines[0], proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_read_commands_refuse_a_missing_history(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "history.duckdb"
+    for cmd in (["history"], ["flags"], ["records"], ["jobs"], ["sql", "SELECT 1"], ["dashboard"]):
+        proc = _solci([*cmd, "--db", str(missing)], tmp_path)
+        assert proc.returncode == 2, (cmd, proc.stdout, proc.stderr)
+        assert "no such history file" in proc.stderr and "Nothing was created" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "(no runs yet)" not in proc.stdout
+    assert not missing.exists() and not missing.parent.exists()
+
+
+def test_history_filters_that_match_nothing_say_what_exists(history_db: Database, tmp_path: Path) -> None:
+    db = ["--db", str(history_db.path)]
+    proc = _solci(["history", "--case", "B9_S9", *db], tmp_path)
+    assert proc.returncode == 2 and "no runs of case B9_S9; cases stored: B1_S7," in proc.stderr, proc.stderr
+    assert "B1_S256" in proc.stderr and "(no runs yet)" not in proc.stdout
+    proc = _solci(["history", "--hardware", "H200X", *db], tmp_path)
+    assert proc.returncode == 2
+    assert f"no runs on hardware H200X; hardware stored: {H200}, {CPU} (GPU models: H200)" in proc.stderr
+    proc = _solci(["history", "--case", "B1_S7", "--hardware", "H200", *db], tmp_path)  # both exist, not together
+    assert proc.returncode == 0 and "no runs match --case B1_S7 --hardware H200 together" in proc.stdout
+    proc = _solci(["history", "--case", "bogus", *db], tmp_path)
+    assert proc.returncode == 2 and "cases stored" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _solci(["flags", "--hardware", "H100", *db], tmp_path)
+    assert proc.returncode == 2 and "hardware stored" in proc.stderr
+
+
+def test_read_commands_print_plain_numbers(history_db: Database, tmp_path: Path) -> None:
+    db = ["--db", str(history_db.path)]
+    proc = _solci(["history", "--hardware", CPU, *db], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2000000.00" in proc.stdout and "e+0" not in proc.stdout  # microseconds: fixed decimals
+    proc = _solci(["history", "--hardware", "H200", "--limit", "3", *db], tmp_path)
+    assert proc.returncode == 0 and "(the newest 3 runs; --limit N for more" in proc.stdout
+    lines = [ln for ln in proc.stdout.splitlines() if "B64_S128" in ln and "pass" in ln]
+    assert lines and lines[0].rstrip().endswith("%")  # the SOL score as a percentage
+    proc = _solci(
+        ["sql", "SELECT p_value, z, 1521941.0::DOUBLE AS big FROM verdict_cases WHERE p_value IS NOT NULL", *db],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    body = proc.stdout.splitlines()[1:]
+    assert body and all(len(ln.split()[0]) <= 7 for ln in body)  # p-values: 2 significant digits (or <0.0001)
+    assert "1521941" in proc.stdout and "e+06" not in proc.stdout
+
+
+def test_flags_one_row_per_step_with_truncation(history_db: Database, tmp_path: Path) -> None:
+    db = ["--db", str(history_db.path)]
+    proc = _solci(["flags", *db], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln for ln in proc.stdout.splitlines()[1:] if ln.strip()]
+    n_steps = len(queries.changes(history_db))
+    assert len(rows) == n_steps and sum(" open " in r for r in rows) == 1
+    proc = _solci(["flags", "--limit", "1", *db], tmp_path)
+    assert "(showing the newest 1; older changes exist" in proc.stdout
+    proc = _solci(["flags", "--cases", "--status", "open", *db], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count("B64_S128") == 1 and "+15.0%" in proc.stdout
 
 
 @pytest.mark.slow
 def test_solci_up_measures_head_and_the_app_shows_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     repo = make_project_repo(tmp_path / "repo")
     db_path = tmp_path / "history.duckdb"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci.cli", "up", "--repo", str(repo.path), "--db", str(db_path), "--no-serve",
-         "--cases", "1,7", "--rounds", "1", "--warmup", "0", "--iters", "2"],
-        env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = _solci(
+        [
+            "up",
+            "--repo",
+            str(repo.path),
+            "--db",
+            str(db_path),
+            "--no-serve",
+            "--cases",
+            "1,7",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--iters",
+            "2",
+        ],
+        tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASSED" in proc.stdout and "B1_S7" in proc.stdout and CPU in proc.stdout
     db = Database(db_path)
@@ -390,4 +797,4 @@ def test_solci_up_measures_head_and_the_app_shows_it(monkeypatch: pytest.MonkeyP
     at = _app(monkeypatch, db_path)
     assert not at.exception and not at.error
     assert at.sidebar.selectbox(key="hardware").value == CPU
-    assert any(m.label == "Status" and m.value == "pass" for m in at.metric)
+    assert _metrics(at)["Verdict"] == "functional"
