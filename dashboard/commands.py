@@ -192,6 +192,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"{source} has uncommitted changes: they are not measured (only the commit {args.commit} is); "
             "commit them and run `solci up` again"
         )
+    if args.executor == "local" and not args.trusted:
+        from ci.sandbox import probe
+
+        why = probe()
+        if why is not None:  # your own checkout: measured without the sandbox rather than not at all
+            echo(f"no bubblewrap sandbox here ({why}): measuring your own checkout unsandboxed (--trusted)")
+            args.trusted = True
     report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch)
     if report is None:
         return 130
