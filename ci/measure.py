@@ -656,3 +656,20 @@ def run_measure(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0 if s["status"] == "pass" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``solci measure`` on its own (``python -m ci.measure ...``): what the executors run, so a harness holds
+    only what measuring needs (ci, kernel, storage), not the dashboard or the other commands."""
+    parser = argparse.ArgumentParser(prog="solci")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["measure", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

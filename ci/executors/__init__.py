@@ -94,8 +94,8 @@ class ExecutorUnavailable(RuntimeError):
 
 
 def measure_command(out: str, commit: str, branch: str | None, repo: str, options: MeasureOptions) -> list[str]:
-    """The ``solci measure`` arguments (after ``python -m ci.cli``)."""
-    cmd = ["measure", "--out", out, "--commit", commit, "--repo", repo]
+    """The arguments of ``solci measure`` (after ``python -m ci.measure``, the command alone)."""
+    cmd = ["--out", out, "--commit", commit, "--repo", repo]
     if branch:
         cmd += ["--branch", branch]
     return cmd + options.cli_args()

@@ -48,7 +48,7 @@ OWNER_LABEL = "solci.owner"
 RUN_USER = "10001:10001"
 HARNESS_DIR = "/opt/solci"
 HOST_MEMORY_SHARE = 0.8
-_BOOT = f"import sys; sys.path.insert(0, {HARNESS_DIR!r}); from ci.cli import main; sys.exit(main())"
+_BOOT = f"import sys; sys.path.insert(0, {HARNESS_DIR!r}); from ci.measure import main; sys.exit(main())"
 
 
 def _docker() -> Any:
@@ -340,7 +340,7 @@ class DockerExecutor:
         lines.append(
             f"[solci] docker run {image} (user {RUN_USER}, read-only root, network none, no capabilities, "
             f"memory {self.mem_limit}, gpu {'yes' if self._device_requests() else 'no'}, timeout "
-            f"{options.timeout:.0f} s): solci {' '.join(args)}"
+            f"{options.timeout:.0f} s): solci measure {' '.join(args)}"
         )
         run = self.run_in_image(image, cmd, env=options.env, timeout=options.timeout, fetch=out, commit=commit)
         lines.append(run.log.rstrip())

@@ -70,11 +70,11 @@ def export_tree(source: Path, commit: str, dest: Path) -> None:
 
 
 def harness_command(args: list[str]) -> list[str]:
-    """This installation's ``solci`` (the trusted harness) run isolated: ``python -I`` (no PYTHON* variables,
+    """This installation's ``solci measure`` (the trusted harness) run isolated: ``python -I`` (no PYTHON* variables,
     no user site, not the working directory on ``sys.path``) with only the harness's folder on ``sys.path``."""
     from ci.sandbox import boot_code
 
-    return [sys.executable, "-I", "-c", boot_code("ci.cli"), *args]
+    return [sys.executable, "-I", "-c", boot_code("ci.measure"), *args]
 
 
 class LocalExecutor:
@@ -157,7 +157,8 @@ class LocalExecutor:
             ]
             cmd = harness_command(args)
             lines.append(
-                f"[solci] $ solci {' '.join(args)}  (this installation's harness; timeout {options.timeout:.0f} s)"
+                f"[solci] $ solci measure {' '.join(args)}  (this installation's harness; "
+                f"timeout {options.timeout:.0f} s)"
             )
             status, code, output = self._run(cmd, workdir, log_path, workdir, options)
             lines.append(output.rstrip())
