@@ -353,9 +353,12 @@ def score(outcomes: list[Outcome]) -> dict:
                     if r < idx <= r + 10 and same_way and set(cases) & set(p.cases):
                         blamed_after += 1
                         break
-                # a step found near a planted one, on the wrong commit
-                if any(abs(idx - r) <= 3 for r in real):
-                    wrong += 1
+                # a real step blamed on a neighbour: within 3 commits of it, the same way, on one of its cases
+                for r in real:
+                    p = planted_at[r]
+                    if 0 < abs(idx - r) <= 3 and (_d == "slower") == (p.size > 0) and set(cases) & set(p.cases):
+                        wrong += 1
+                        break
         for p in o.planted:
             size = f"{p.magnitude:.0%}"
             key = (p.kind, size)
@@ -411,7 +414,8 @@ def render(result: dict, fit: NoiseFit, args: argparse.Namespace, cfg: JudgeConf
         f"| false alarms per 100 neutral commits, case level | {r['false_alarms_case_per_100']:.2f} | <= 1 |",
         f"| neutral commits blamed for a real step of the 10 commits before (same way, same case) | "
         f"{r['blamed_after_a_step']} | 0 |",
-        f"| steps blamed on a wrong commit near a real one | {r['wrong_commit_near_a_step']} | 0 |",
+        f"| real steps blamed on a neighbour (within 3 commits, same way, same case) | "
+        f"{r['wrong_commit_near_a_step']} | 0 |",
         f"| untouched cases reported with a real step | {r['stray_cases_on_culprits']} | 0 |",
         f"| neutral commits left ambiguous | {r['ambiguous_on_neutral']} | |",
         f"| runs that moved at screening (confirmed or not), per 100 commits | {r['suspects_per_100_commits']:.1f} | |",
