@@ -19,7 +19,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernel.configs import WARP_SPECIALIZE, KernelConfig, bucket_for, config_for, interpreter_active
-from kernel.schedule import plan_schedule
+from kernel.schedule import Plan, plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
 
@@ -511,7 +511,43 @@ def attn_output_proj_backward(
     plan = plan_schedule(m, cfg, _num_programs(device, cfg))
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
-    fp32_dot = device.type != "cuda"
+    descs, args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, cuda=device.type == "cuda")
+    if cfg.use_tma and descs is None:
+        _ensure_allocator()
+    _launch(
+        device,
+        stream,
+        plan.programs,
+        descs,
+        args,
+        constexprs,
+        cfg,
+    )
+    return ga, gw
+
+
+def launch_arguments(
+    go2: torch.Tensor,
+    w2: torch.Tensor,
+    x2: torch.Tensor,
+    gw: torch.Tensor,
+    ga: torch.Tensor,
+    s: int,
+    cfg: KernelConfig,
+    plan: Plan,
+    *,
+    cuda: bool,
+) -> tuple[tuple | None, tuple, tuple]:
+    """What one launch passes the kernel: ``(descs, args, constexprs)``, for the launcher and for compiling
+    ahead of time (``scripts/diag_compile.py``).
+
+    ``descs`` are the host tensor descriptors as (tensor, block shape[, shape it is viewed as]) for grad_output,
+    weight, grad_output, reshaped, grad_weight and grad_attn_output viewed (B*H, S, D) (no view object is made
+    on this hot path), or None when the kernel builds them itself or does not use TMA. ``constexprs`` follow
+    ``_CONSTEXPR_NAMES``.
+    """
+    m = go2.shape[0]
+    fp32_dot = not cuda  # the interpreter has no bf16 dot: accumulate in fp32
     ws_mode = 0 if fp32_dot else WARP_SPECIALIZE.index(cfg.warp_specialize)
     # grad_attn tiles stored by TMA when every tile's rows lie in one batch (S a multiple of the tile's rows).
     ga_tma = cfg.use_tma and cfg.ga_tma_store and s % cfg.ga_bm == 0
@@ -533,8 +569,7 @@ def attn_output_proj_backward(
         cfg.use_tma and cfg.device_desc,
         fp32_dot,
     )
-    # Tensor descriptors: (tensor, block shape[, shape it is viewed as]) for grad_output, weight, grad_output,
-    # reshaped, grad_weight and grad_attn_output viewed (B*H, S, D) (no view object is made on this hot path).
+    descs = None
     if cfg.use_tma and not cfg.device_desc:
         descs = (
             (go2, (cfg.ga_bm, cfg.bk)),
@@ -542,22 +577,10 @@ def attn_output_proj_backward(
             (go2, (cfg.bk, cfg.gw_bm)),
             (x2, (cfg.bk, cfg.gw_bn)),
             (gw, (cfg.gw_bm, cfg.gw_bn)),
-            (ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (b * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
+            (ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (m // s * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
         )
-    else:
-        if cfg.use_tma:
-            _ensure_allocator()
-        descs = None
-    _launch(
-        device,
-        stream,
-        plan.programs,
-        descs,
-        (go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga),
-        constexprs,
-        cfg,
-    )
-    return ga, gw
+    args = (go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga)
+    return descs, args, constexprs
 
 
 # Compiled kernels by (device, configuration, constexprs): after the first launch through Triton's JIT

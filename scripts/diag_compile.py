@@ -2,7 +2,8 @@
 
 Usage (CPU host, triton installed): python scripts/diag_compile.py [M ...] [--set num_stages=5 --set tma_store=False]
 Catches compile errors, shared-memory overflows and register spills of a configuration before any device time
-is spent on it. Mirrors the launcher's CUDA path (host tensor descriptors, bf16 wgmma).
+is spent on it. The arguments are the launcher's own (`launch_arguments`), on its CUDA path with host tensor
+descriptors and bf16 wgmma; tests/test_kernel_compile.py runs it in CI.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from triton.compiler import ASTSource, compile, make_backend
 from triton.runtime.jit import create_function_from_signature
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernel.attn_output_proj_backward import _CONSTEXPR_NAMES, _fused_bwd_kernel, _shape_strides
-from kernel.configs import WARP_SPECIALIZE, config_for
+from kernel.attn_output_proj_backward import _CONSTEXPR_NAMES, _fused_bwd_kernel, _shape_strides, launch_arguments
+from kernel.configs import config_for
 from kernel.schedule import plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
@@ -31,39 +32,17 @@ def compile_for(m: int, s: int, cfg, programs: int = 132):
     w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     ga = torch.empty(b, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
-    ga_tma = cfg.ga_tma_store and s % cfg.ga_bm == 0
+    cfg = replace(cfg, device_desc=False)  # the CUDA path with host tensor descriptors
+    specs, args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, cuda=True)
 
-    def desc(t, block, shape=None):
-        sh, st = _shape_strides(t, shape)
+    def desc(spec):
+        if spec is None:
+            return None
+        t, block, *shape = spec
+        sh, st = _shape_strides(t, shape[0] if shape else None)
         return TensorDescriptor(t, sh, st, list(block))
 
-    descs = (
-        desc(go2, (cfg.ga_bm, cfg.bk)),
-        desc(w2, (cfg.bk, cfg.ga_bn)),
-        desc(go2, (cfg.bk, cfg.gw_bm)),
-        desc(x2, (cfg.bk, cfg.gw_bn)),
-        desc(gw, (cfg.gw_bm, cfg.gw_bn)),
-        desc(ga, (cfg.ga_bn // HEAD_DIM, cfg.ga_bm, HEAD_DIM), (b * NUM_HEADS, s, HEAD_DIM)) if ga_tma else None,
-    )
-    args = (*descs, go2, w2, x2, gw, ga, m, s, plan.n_ga_m, plan.n_gw_m, plan.p_ga)
-    constexprs = (
-        plan.ga_first,
-        cfg.tma_store,
-        ga_tma,
-        WARP_SPECIALIZE.index(cfg.warp_specialize),
-        HIDDEN,
-        NUM_HEADS,
-        HEAD_DIM,
-        cfg.ga_bm,
-        cfg.ga_bn,
-        cfg.gw_bm,
-        cfg.gw_bn,
-        cfg.bk,
-        cfg.group,
-        cfg.use_tma,
-        False,
-        False,
-    )
+    args = (*(desc(spec) for spec in specs or (None,) * 6), *args)
     kwargs = dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True))
     kwargs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     target = GPUTarget("cuda", 90, 32)
