@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,13 +46,11 @@ class Selection:
 
 _DBS: dict[tuple[str, float], Database] = {}
 _DBS_LOCK = threading.Lock()
-LAKE_TOKEN_S = 5.0  # a lake has no file to stat: what is read from it is read again after this many seconds
 
 
 def is_lake(spec: str | Path) -> bool:
     """A ``ducklake:`` spec (storage.db's lake backend) rather than a file path."""
-    check = getattr(storage_db, "is_lake_spec", None)
-    return bool(check(str(spec))) if check is not None else False
+    return storage_db.is_lake_spec(str(spec))
 
 
 def history_location(argv_db: str | None = None) -> str | Path:
@@ -61,7 +58,7 @@ def history_location(argv_db: str | None = None) -> str | Path:
     ``./.solci/history.duckdb``."""
     if argv_db:
         return argv_db if is_lake(argv_db) else Path(argv_db).expanduser()
-    spec = getattr(storage_db, "default_db_spec", storage_db.default_db_path)()
+    spec = storage_db.default_db_spec()
     return spec if is_lake(spec) else Path(spec).expanduser()
 
 
@@ -78,18 +75,9 @@ def open_db(path: str | Path | None = None) -> Database:
 
 
 def db_token(path: str | Path) -> tuple:
-    """Changes whenever the file (or its write-ahead log) changes: the cache key of everything read. A lake
-    (several hosts write it; no file here) changes it every ``LAKE_TOKEN_S`` seconds."""
-    if is_lake(path):
-        return ("lake", int(time.time() // LAKE_TOKEN_S))
-    out: list = []
-    for p in (Path(path), Path(f"{path}.wal")):
-        try:
-            st = p.stat()
-            out += [st.st_mtime_ns, st.st_size]
-        except OSError:
-            out += [None, None]
-    return tuple(out)
+    """The cache key of everything read: ``Database.change_token()``, which changes whenever the history does
+    (a file's and its write-ahead log's stat; a lake's snapshot and queue state)."""
+    return open_db(path).change_token()
 
 
 def is_cpu(hardware: str) -> bool:

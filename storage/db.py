@@ -313,7 +313,10 @@ class Database:
             try:
                 yield conn
             except BaseException:
-                conn.rollback()
+                try:
+                    conn.rollback()
+                except duckdb.Error:  # the connection itself is gone (a lost catalog): the first error is the one
+                    pass
                 raise
             else:
                 conn.commit()

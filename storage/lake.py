@@ -60,7 +60,6 @@ from storage.db import (
     StorageError,
     _open_writers,
     _process_lock,
-    _transaction_depth,
     is_disk_full,
 )
 
@@ -482,28 +481,6 @@ class LakeDatabase(Database):
                 cur.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        depth = _transaction_depth()
-        with self.write() as conn:
-            if depth.get(self._key):
-                yield conn
-                return
-            conn.begin()
-            depth[self._key] = 1
-            try:
-                yield conn
-            except BaseException:
-                try:
-                    conn.rollback()
-                except duckdb.Error:
-                    pass
-                raise
-            else:
-                conn.commit()
-            finally:
-                depth.pop(self._key, None)
-
-    @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         existing = _open_writers().get(self._key)
         if existing is not None:
@@ -563,15 +540,29 @@ class LakeDatabase(Database):
             cur.close()
 
     def change_token(self) -> tuple:
-        """The lake's current snapshot id (changes with every commit of any writer)."""
-        cur = self._cursor(read_only=True)
+        """Changes whenever the history changes (the dashboard's cache key): the lake's newest snapshot id (every
+        commit of any writer makes one) and the queue's state in PostgreSQL (jobs queued, claimed, finished or
+        requeued; heartbeats left out). One round trip to the catalog; nothing through DuckDB."""
+        import psycopg
+
         try:
-            row = cur.execute(f"SELECT id FROM ducklake_current_snapshot('{ALIAS}')").fetchone()
-        except duckdb.Error as exc:
-            raise self._translate(exc) from exc
-        finally:
-            cur.close()
-        return (row[0] if row else None,)
+            pg = self._pg_session()
+            has_lake, has_queue = pg.execute(
+                "SELECT to_regclass('ducklake_snapshot') IS NOT NULL, to_regclass('solci.jobs') IS NOT NULL"
+            ).fetchone()
+            snapshot = pg.execute("SELECT max(snapshot_id) FROM ducklake_snapshot").fetchone() if has_lake else None
+            queue = (
+                pg.execute(
+                    """SELECT count(*), max(id), sum(attempts), count(*) FILTER (WHERE status = 'running'),
+                    count(run_id), max(started_at), max(finished_at) FROM solci.jobs"""
+                ).fetchone()
+                if has_queue
+                else None
+            )
+        except psycopg.OperationalError as exc:
+            self._drop_instances()
+            raise self.unreachable(exc) from exc
+        return (snapshot, queue)
 
 
 def _normalise_data_path(path: str | Path) -> str:

@@ -798,3 +798,19 @@ def test_solci_up_measures_head_and_the_app_shows_it(monkeypatch: pytest.MonkeyP
     assert not at.exception and not at.error
     assert at.sidebar.selectbox(key="hardware").value == CPU
     assert _metrics(at)["Verdict"] == "functional"
+
+
+def test_the_cache_key_changes_with_a_run_or_a_job_and_only_then(tmp_path: Path) -> None:
+    """data.db_token (every cached read's key) is the history's change_token: a new run or a queued job gives
+    a new key, so the next refresh reads it; reading alone leaves the key as it was (the caches are reused)."""
+    path = tmp_path / "h.duckdb"
+    db = Database(path)
+    ingest_result(db, make_result(run_id="a", commit="c1"))
+    first = data.db_token(path)
+    data.summary(data.open_db(path))
+    assert data.db_token(path) == first
+    ingest_result(db, make_result(run_id="b", commit="c2"))
+    second = data.db_token(path)
+    assert second != first
+    enqueue(db, "repo", "c3", branch="main")
+    assert data.db_token(path) not in (first, second)

@@ -370,3 +370,34 @@ def test_force_queues_this_hosts_model_only_and_a_modelless_job_is_adopted(lake:
     assert created and jobs.get_job(db, forced).gpu_model == "H200"  # $SOLCI_GPU_MODEL: only this host's model
     assert [j.gpu_model for j in jobs.list_jobs(db) if j.commit == "c1"].count("B200") == 0
     assert lake_queue.registered_models(db)
+
+
+def test_the_dashboards_cache_key_follows_runs_and_the_queue_not_the_clock(lake: Lake, monkeypatch) -> None:
+    """dashboard.data.db_token is the history's change_token: the same while nothing changes (cached reads are
+    reused), new after a run is appended or a job is queued, claimed or finished; a heartbeat alone keeps it."""
+    from dashboard import data
+
+    monkeypatch.setenv("SOLCI_DATA_PATH", str(lake.data_path))
+    monkeypatch.setenv("SOLCI_HOSTNAME", "h200-a")
+    db = lake.db()
+    ingest_result(db, docs(1)[0])
+    seen = [data.db_token(lake.spec)]
+    assert data.db_token(lake.spec) == seen[-1]  # nothing changed: same key
+
+    def changed() -> None:
+        now = data.db_token(lake.spec)
+        assert now not in seen, now
+        seen.append(now)
+
+    ingest_result(db, docs(2, prefix="s")[1])
+    changed()
+    assert jobs.claim_next(db, "w", "gpu0", gpu_model="H200") is None
+    job_id = jobs.enqueue(db, "repo", "c1", branch="main")[0]
+    changed()
+    job = jobs.claim_next(db, "w", "gpu0", gpu_model="H200", owner="w:1:1")
+    assert job is not None and job.id == job_id
+    changed()
+    jobs.heartbeat(db, job_id, "w:1:1")
+    assert data.db_token(lake.spec) == seen[-1]
+    jobs.finish(db, job_id, status="done", outcome="passed", log="ok")
+    changed()
