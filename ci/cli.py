@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from ci.common import dispatch
+
 # Each module defines ``register(subparsers) -> None``; a subcommand sets ``func(args) -> int``.
 COMMAND_MODULES = (
     "ci.bench_cli",  # solci bench
@@ -45,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return dispatch(args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,15 @@ from ci.runner import EXIT_INFRA, EXIT_USAGE, JobReport, Runner, RunnerConfig, c
 Handler = Callable[[argparse.Namespace], int]
 
 
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a parsed command's handler (``args.func``): its exit code; Ctrl-C is 130 with one line, no traceback."""
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
 def bounded(convert: type, low: float, *, strict: bool = False) -> Callable[[str], Any]:
     """An argparse type: a number (int or float) >= low (> low when strict), with a clear message."""
     what = "an integer" if convert is int else "a number"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.common import bounded
+from ci.common import bounded, dispatch
 from ci.sandbox import SANDBOX_KINDS
 from ci.timing import GPU_TIMERS, Protocol, harness_version, make_protocols
 from kernel.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
@@ -663,12 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     only what measuring needs (ci, kernel, storage), not the dashboard or the other commands."""
     parser = argparse.ArgumentParser(prog="solci")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["measure", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return dispatch(parser.parse_args(["measure", *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":

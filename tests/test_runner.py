@@ -105,6 +105,22 @@ def test_exit_codes() -> None:
     assert exit_code_for(["infra_error", "crashed"]) == EXIT_BROKEN
 
 
+def test_every_command_entry_point_says_interrupted_and_exits_130(capsys) -> None:
+    """solci and python -m ci.measure share ci.common.dispatch: the handler's code, or 130 on Ctrl-C."""
+    import argparse
+
+    from ci.common import dispatch
+
+    assert dispatch(argparse.Namespace(func=lambda a: 4)) == 4
+    assert dispatch(argparse.Namespace(func=lambda a: None)) == 0
+
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    assert dispatch(argparse.Namespace(func=interrupted)) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 def test_outcome_of_verdicts() -> None:
     assert outcome_of("pass", {"pass"}) == "passed"
     assert outcome_of("baseline", {"pass"}) == "passed"
