@@ -29,6 +29,7 @@ import pandas as pd
 
 from ci.judge import (
     SUITE,
+    CaseConfirmation,
     Change,
     Decision,
     JudgeConfig,
@@ -261,14 +262,7 @@ def _case_rows(screen: Screen | None, decision: Decision | None, statuses: dict[
                 control_change=None if s.control_change is None else math.expm1(s.control_change),
                 clock_change=None if s.clock_change is None else math.expm1(s.clock_change),
             )
-        c = decision.confirmation.get(case) if decision else None
-        if c is not None:
-            r.update(
-                confirmed=c.confirmed,
-                confirmed_change=c.change.change,
-                confirmed_lo=c.change.lo,
-                confirmed_hi=c.change.hi,
-            )
+        r.update(_confirmed_fields(decision.confirmation.get(case) if decision else None))
         rows.append(r)
     if screen is not None and screen.suite is not None:
         s = screen.suite
@@ -285,16 +279,21 @@ def _case_rows(screen: Screen | None, decision: Decision | None, statuses: dict[
             "moved": s.moved,
             "control_change": None if s.control_change is None else math.expm1(s.control_change),
         }
-        sc = decision.suite_confirmation if decision else None
-        if sc is not None:
-            r.update(
-                confirmed=sc.confirmed,
-                confirmed_change=sc.change.change,
-                confirmed_lo=sc.change.lo,
-                confirmed_hi=sc.change.hi,
-            )
+        r.update(_confirmed_fields(decision.suite_confirmation if decision else None))
         rows.append(r)
     return rows
+
+
+def _confirmed_fields(c: CaseConfirmation | None) -> dict:
+    """A verdict row's confirmation columns from a case's (or the suite's) confirmation; none when unconfirmed."""
+    if c is None:
+        return {}
+    return {
+        "confirmed": c.confirmed,
+        "confirmed_change": c.change.change,
+        "confirmed_lo": c.change.lo,
+        "confirmed_hi": c.change.hi,
+    }
 
 
 def _noise_rows(noise: Noise) -> list[dict]:
