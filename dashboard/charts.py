@@ -197,6 +197,19 @@ def _reference(x: list, y: pd.Series, name: str, dash: str, color: str) -> dict:
     }
 
 
+def _sol_line(x: list, t_sol: float, name: str) -> dict:
+    """The speed-of-light time: a flat line across the runs."""
+    return {
+        "type": "scatter",
+        "x": [x[0], x[-1]],
+        "y": [t_sol, t_sol],
+        "mode": "lines",
+        "name": name,
+        "line": {"dash": "dashdot", "color": COLORS["t_sol"]},
+        "hoverinfo": "skip",
+    }
+
+
 def _latency_axis(hardware: str) -> str:
     return f"latency ({US}), {hardware}"
 
@@ -302,17 +315,7 @@ def case_history_figure(
             traces.append(_reference(x, _values(h[key]), name, dash, color))
     if "t_sol_us" in h.columns and h["t_sol_us"].notna().any():
         t_sol = float(h["t_sol_us"].dropna().iloc[-1])
-        traces.append(
-            {
-                "type": "scatter",
-                "x": [x[0], x[-1]],
-                "y": [t_sol, t_sol],
-                "mode": "lines",
-                "name": f"T_SOL {t_sol:.1f} {US}",
-                "line": {"dash": "dashdot", "color": COLORS["t_sol"]},
-                "hoverinfo": "skip",
-            }
-        )
+        traces.append(_sol_line(x, t_sol, f"T_SOL {t_sol:.1f} {US}"))
     y_of = dict(zip(h["run_id"], h["median_us"].where(h["median_us"].notna(), h.get("eager_us")), strict=True))
     traces += _flag_markers(flags, case, labels, y_of)
     shapes, notes = _step_lines(steps, case, labels)
@@ -380,17 +383,7 @@ def suite_history_figure(
             color = COLORS["eager" if "eager" in key else "cublas"]
             traces.append(_reference(x, _values(runs[key]), name, dash, color))
     if t_sol_us:
-        traces.append(
-            {
-                "type": "scatter",
-                "x": [x[0], x[-1]],
-                "y": [t_sol_us, t_sol_us],
-                "mode": "lines",
-                "name": f"T_SOL geomean {t_sol_us:.1f} {US}",
-                "line": {"dash": "dashdot", "color": COLORS["t_sol"]},
-                "hoverinfo": "skip",
-            }
-        )
+        traces.append(_sol_line(x, t_sol_us, f"T_SOL geomean {t_sol_us:.1f} {US}"))
     anchor = runs["geomean_us"].ffill().fillna(runs["geomean_cublas_us"]).fillna(runs["geomean_eager_us"])
     y_of = dict(zip(runs["run_id"], anchor, strict=True))
     failed = runs[(runs["status"] != "pass") & anchor.notna()]

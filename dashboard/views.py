@@ -301,18 +301,7 @@ def _overview_section(key: str, token: tuple, win: pd.DataFrame, sel: Selection)
         "first error line of a failed run, machine drift. Select a row for its cases and log."
     )
     table = data.overview_table(win)
-    event = st.dataframe(
-        table,
-        hide_index=True,
-        placeholder=fmt.DASH,
-        key="overview-table",
-        on_select="rerun",
-        selection_mode="single-row",
-        column_order=[c for c in table.columns if c != "run_id"],
-        height=_rows(len(table), 14),
-        column_config={"time": _TIME, "note": st.column_config.TextColumn("note", width="large")},
-    )
-    picked = _picked(event, table, "run_id")
+    picked = _pick_row(table, "overview-table", "run_id", {"note": st.column_config.TextColumn("note", width="large")})
     run_id = picked or data.attention_run(win)
     if run_id is None:
         return
@@ -320,6 +309,22 @@ def _overview_section(key: str, token: tuple, win: pd.DataFrame, sel: Selection)
     how = "selected" if picked else "the newest run with a finding; select a row for another"
     st.markdown(f"**Run {fmt.code(fmt.short(row['commit'], 12))}** ({how})")
     _findings_section(key, token, row, sel)
+
+
+def _pick_row(table: pd.DataFrame, key: str, id_column: str, columns: dict) -> str | None:
+    """A table of up to 14 visible rows (``id_column`` hidden) where one row can be selected: its id, or None."""
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key=key,
+        on_select="rerun",
+        selection_mode="single-row",
+        column_order=[c for c in table.columns if c != id_column],
+        height=_rows(len(table), 14),
+        column_config={"time": _TIME, **columns},
+    )
+    return _picked(event, table, id_column)
 
 
 def _picked(event: object, table: pd.DataFrame, column: str) -> str | None:
@@ -422,20 +427,11 @@ def _changes_section(key: str, token: tuple, sel: Selection) -> None:
     chosen = st.multiselect("Status", statuses, default=statuses, key="change-status")
     ch = ch[ch["status"].isin(chosen)].reset_index(drop=True)
     table = data.changes_table(ch)
-    event = st.dataframe(
-        table,
-        hide_index=True,
-        placeholder=fmt.DASH,
-        key="changes-table",
-        on_select="rerun",
-        selection_mode="single-row",
-        column_order=[c for c in table.columns if c != "step_id"],
-        height=_rows(len(table), 14),
-        column_config={"time": _TIME, "ack reason": st.column_config.TextColumn("ack reason", width="medium")},
+    picked = _pick_row(
+        table, "changes-table", "step_id", {"ack reason": st.column_config.TextColumn("ack reason", width="medium")}
     )
     if ch.empty:
         return
-    picked = _picked(event, table, "step_id")
     open_ = ch[ch["status"] == "open"]
     step_id = picked or str((open_ if not open_.empty else ch)["step_id"].iloc[0])
     step = ch[ch["step_id"] == step_id].iloc[0]
