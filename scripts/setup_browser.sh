@@ -4,6 +4,7 @@
 #   scripts/setup_browser.sh          install chromium when it is missing (idempotent; sudo when not root)
 # Prints the browser's path and version. Playwright itself comes with the dev extras (pip install -e ".[dev]").
 set -euo pipefail
+. "$(dirname "$0")/apt_install.sh"
 
 find_browser() {
   for b in "${SOLCI_CHROMIUM:-}" /usr/bin/chromium /usr/bin/chromium-browser; do
@@ -20,21 +21,6 @@ if browser=$(find_browser); then
   exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup_browser: no chromium and no apt-get here; install Chromium and set SOLCI_CHROMIUM=/path/to/it" >&2
-  exit 1
-fi
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-  if ! command -v sudo >/dev/null 2>&1; then
-    echo "setup_browser: installing chromium needs root (no sudo here): apt-get install chromium" >&2
-    exit 1
-  fi
-  sudo="sudo"
-fi
-echo "setup_browser: installing Debian's chromium (apt-get)"
-apt_env=(env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1)
-$sudo "${apt_env[@]}" apt-get update -q >/dev/null
-$sudo "${apt_env[@]}" apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null
+apt_install setup_browser chromium fonts-dejavu-core
 browser=$(find_browser) || { echo "setup_browser: chromium was installed but not found on disk" >&2; exit 1; }
 echo "setup_browser: $browser installed ($("$browser" --version 2>/dev/null | head -n1 || echo '?'))"
