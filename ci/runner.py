@@ -287,7 +287,8 @@ class Runner:
         if source is None:
             return Execution("error", None, f"[solci] commit {job.commit} not found in {job.repo}")
         lines.append(f"[solci] worker {self.config.worker}, {self.config.gpu}, {self.executor.name} executor")
-        return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=self.config.measure)
+        options = replace(self.config.measure, progress=lambda line: self.echo(f"job {job.id}:   {line}"))
+        return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=options)
 
     def expected_gpu_model(self) -> str | None:
         """The GPU model a result of this runner must say it ran on (a model the workload knows), else None."""
@@ -359,7 +360,10 @@ class Runner:
         def confirm(parent: str, commit: str, cases: list[str]) -> list[tuple[str, str]]:
             order = interleave(cfg.pairs + 2)
             options = replace(
-                self.config.measure, cases=";".join(cases), extra_args=[a for a in self.config.measure.extra_args]
+                self.config.measure,
+                cases=";".join(cases),
+                extra_args=[a for a in self.config.measure.extra_args],
+                progress=lambda line: self.echo(f"job {job.id}:   {line}"),
             )
             done: list[tuple[str, str]] = []
             figs: list[tuple[str, Any]] = []

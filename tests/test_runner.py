@@ -9,6 +9,7 @@ DuckDB file.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -320,6 +321,29 @@ def solci(args: list[str], env: dict[str, str], *, timeout: float = 300) -> subp
     )
 
 
+def test_progress_passes_the_harness_lines_as_they_come_and_nothing_else() -> None:
+    """Chunks cut anywhere (mid-line, mid-character) give whole lines; what the commit's kernel printed, and
+    terminal escapes in a look-alike line, never reach the engineer's terminal."""
+    from ci.executors import Progress
+
+    seen: list[str] = []
+    follow = Progress(seen.append)
+    text = (
+        "solci measure: 2 cases on NVIDIA H200 (gpu), impl triton, protocol cupti [abc]\n"
+        "kernel says: \x1b]0;owned\x07 rm -rf ~\n"
+        "      B1_S7  pass       kernel 12.5 us  eager 20.1 us  cublas 13.0 us  score 0.41  (1.2 s)\n"
+        "measure:  50%|#####     | 1/2 [00:01<00:01]\r    B2_S50  incorrect  kernel 13.0 us  µ\x1b[2J  (1.1 s)\n"
+        "    B4_S128  pass  kernel 1.0 us (unfinished line"
+    ).encode()
+    for i in range(0, len(text), 7):  # 7-byte chunks split the line ends and the two-byte µ
+        follow.feed(text[i : i + 7])
+    assert seen == [
+        "solci measure: 2 cases on NVIDIA H200 (gpu), impl triton, protocol cupti [abc]",
+        "B1_S7 pass kernel 12.5 us eager 20.1 us cublas 13.0 us score 0.41 (1.2 s)",
+        "B2_S50 incorrect kernel 13.0 us µ[2J (1.1 s)",
+    ]
+
+
 def cli_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "TRITON_INTERPRET"}
     env.update(
@@ -377,6 +401,10 @@ def test_worker_and_run_exit_codes(history: dict) -> None:
     # the interpreter's timings are a functional check: a slower kernel passes there (GPU runs judge speed)
     assert slow.returncode == EXIT_OK, slow.stdout[-3000:] + slow.stderr[-3000:]
     assert "PASSED" in slow.stdout and "not a speed figure" in slow.stdout
+    # while it measured, the cases went by on the terminal (the hardware first), not a silent minute
+    progress = [ln for ln in slow.stderr.splitlines() if ":   " in ln]
+    assert re.search(r"job \d+:   solci measure: \d+ cases on cpu-interpreter", progress[0]), slow.stderr
+    assert any(re.search(r"job \d+:   B1_S7 pass kernel \d", ln) for ln in progress), slow.stderr
     # watch --once: the four commits since n3, in order; the slow one was measured already (not again)
     assert last.returncode == EXIT_BROKEN, last.stderr[-3000:]
     lines = [ln.split()[:2] for ln in last.stdout.splitlines() if ln[:40] in shas.values()]

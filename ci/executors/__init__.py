@@ -13,8 +13,10 @@ In both, the commit supplies only its kernel package: the harness is the runner'
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +44,8 @@ class MeasureOptions:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 3600.0  # seconds for one whole measurement (build excluded)
+    # Called with each case's line as the harness prints it, while the measurement runs (see Progress).
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     def cli_args(self) -> list[str]:
         args: list[str] = []
@@ -91,6 +95,31 @@ class Executor(Protocol):
 
 class ExecutorUnavailable(RuntimeError):
     """The requested executor cannot run here (e.g. no Docker engine answers); the message says why."""
+
+
+# What the harness prints as it goes (ci.measure): the header, which names the hardware ("solci measure: 16
+# cases on NVIDIA H200 (gpu), ..."), and each finished case ("   B4_S128  pass   kernel 123.4 us ...").
+_CASE_LINE = re.compile(r"solci measure: \d+ cases on |\s*B\d+_S\d+\s+\w+\s+kernel\s")
+
+
+class Progress:
+    """Follows a measurement's output as it comes and passes the header (it names the hardware) and each
+    finished case's line to ``echo``: the engineer sees the cases go by instead of a silent minute. Only lines
+    of those shapes, printable characters only, at most 200 of them: the output also holds whatever the
+    commit's kernel printed. It is progress, never a figure of record (those come from the validated result
+    document)."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo = echo
+        self._decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._rest = ""
+
+    def feed(self, chunk: bytes) -> None:
+        *done, self._rest = (self._rest + self._decode.decode(chunk)).split("\n")
+        for line in done:
+            line = line.split("\r")[-1]
+            if _CASE_LINE.match(line):
+                self.echo(" ".join("".join(c for c in line if c.isprintable()).split())[:200])
 
 
 def measure_command(out: str, commit: str, branch: str | None, repo: str, options: MeasureOptions) -> list[str]:

@@ -30,13 +30,15 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.executors import Execution, MeasureOptions, clip_log, gpu_index, measure_command, read_result
+from ci.executors import Execution, MeasureOptions, Progress, clip_log, gpu_index, measure_command, read_result
 from ci.gitutil import GitError, git_env
 
 DEFAULT_BASE_IMAGE = "solci-deps:latest"
@@ -342,7 +344,9 @@ class DockerExecutor:
             f"memory {self.mem_limit}, gpu {'yes' if self._device_requests() else 'no'}, timeout "
             f"{options.timeout:.0f} s): solci measure {' '.join(args)}"
         )
-        run = self.run_in_image(image, cmd, env=options.env, timeout=options.timeout, fetch=out, commit=commit)
+        run = self.run_in_image(
+            image, cmd, env=options.env, timeout=options.timeout, fetch=out, commit=commit, progress=options.progress
+        )
         lines.append(run.log.rstrip())
         status, doc = run.status, None
         if status == "ok":
@@ -369,9 +373,11 @@ class DockerExecutor:
         timeout: float = 3600.0,
         fetch: str | None = None,
         commit: str = "",
+        progress: Callable[[str], None] | None = None,
     ) -> ContainerRun:
         """Run ``cmd`` in a fresh locked-down container of ``image`` (``run_options``) with a fresh volume at
-        ``/out``, wait at most ``timeout`` s, copy out the file ``fetch``; container and volume are removed."""
+        ``/out``, wait at most ``timeout`` s, copy out the file ``fetch``; container and volume are removed.
+        ``progress``: each case's line while it runs (``Progress``, from the container's log stream)."""
         name = f"solci-{self.gpu}-{(commit or 'adhoc')[:12]}-{uuid.uuid4().hex[:6]}"
         container = volume = None
         try:
@@ -380,6 +386,8 @@ class DockerExecutor:
             container = self.client.containers.run(
                 image, cmd, name=name, volumes={volume.name: {"bind": "/out", "mode": "rw"}}, **opts
             )
+            if progress is not None:
+                threading.Thread(target=_follow_logs, args=(container, Progress(progress)), daemon=True).start()
             status, code = self._wait(container, timeout)
             log = container.logs(stdout=True, stderr=True).decode(errors="replace")
             fetched = self._fetch(container, fetch) if fetch and status == "ok" else None
@@ -439,3 +447,12 @@ class DockerExecutor:
             except Exception:
                 pass
         return removed
+
+
+def _follow_logs(container: Any, follow: Progress) -> None:
+    """Feed the container's output to ``follow`` until it stops (or is removed: then the stream just ends)."""
+    try:
+        for chunk in container.logs(stream=True, follow=True):
+            follow.feed(chunk)
+    except Exception:
+        pass

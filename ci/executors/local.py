@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ci.executors import Execution, MeasureOptions, clip_log, gpu_index, measure_command, read_result
+from ci.executors import Execution, MeasureOptions, Progress, clip_log, gpu_index, measure_command, read_result
 from ci.gitutil import GitError, git_env
 
 _PR_SET_PDEATHSIG = 1
@@ -195,13 +195,25 @@ class LocalExecutor:
                 preexec_fn=_die_with_parent,
             )
             (workdir / "pid").write_text(str(proc.pid))
+            follow = Progress(options.progress) if options.progress else None
+            deadline = time.monotonic() + options.timeout
             try:
-                code = proc.wait(timeout=options.timeout)
-                status = "ok"
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                code = proc.wait()
-                status = "timed_out"
+                with open(log_path, "rb") as tail:
+                    while True:
+                        left = deadline - time.monotonic()
+                        try:
+                            code = proc.wait(timeout=max(0.0, min(left, 1.0) if follow else left))
+                            status = "ok"
+                            break
+                        except subprocess.TimeoutExpired:
+                            if time.monotonic() >= deadline:
+                                _kill_group(proc.pid)
+                                code = proc.wait()
+                                status = "timed_out"
+                                break
+                        finally:
+                            if follow:
+                                follow.feed(tail.read())
             finally:
                 _kill_group(proc.pid)  # whatever it left running in its group
         return status, code, log_path.read_text(errors="replace")
