@@ -52,12 +52,11 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-SUITE = "__suite__"  # storage.schema.SUITE: the geometric mean over a run's cases
+from storage.schema import BOUNDARY_STATUSES, SUITE
+
 MIN_CASES_FOR_COMMON = 6  # a run's common shift (median over cases) is taken out of case tests from this many
 
-# Step statuses. A confirmed step cuts the series into levels; the others are records of what was tried.
-BOUNDARY_STATUSES = ("open", "fixed", "acknowledged", "improvement")
-STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced")
+# Step statuses (storage.schema.STEP_STATUSES): a confirmed step cuts the series into levels.
 VERDICTS = (
     "baseline",  # first run of its series: nothing to compare with
     "pass",  # within noise of its level

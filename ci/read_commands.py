@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ci.common import add_db_argument, bounded, format_changes, handles_errors, open_db, print_table
-from ci.judge import STEP_STATUSES
+from storage.schema import STEP_STATUSES
 
 # Column names -> how their numbers print (format_numbers).
 CHANGE_COLUMNS = frozenset(

@@ -12,7 +12,9 @@ import pandas as pd
 
 from kernel.workload import Case
 from storage.db import Database, StorageError
-from storage.schema import SUITE
+from storage.schema import BOUNDARY_STATUSES, SUITE
+
+_BOUNDARY = "(" + ", ".join(f"'{s}'" for s in BOUNDARY_STATUSES) + ")"  # SQL: IN {_BOUNDARY}
 
 _READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL")
 
@@ -496,24 +498,24 @@ def verdict_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     with db.read() as conn:
         return conn.execute(
-            """
+            f"""
             WITH v AS (SELECT * FROM verdicts WHERE list_contains($ids::VARCHAR[], run_id))
             SELECT v.run_id, v."commit", c.case_name AS "case",
                    CASE WHEN c.change > 0 THEN 'regression' ELSE 'improvement' END AS kind, c.change AS magnitude,
                    v.message, r.started_at, v.verdict
             FROM v JOIN steps s ON s.step_id = v.step_id JOIN step_cases c ON c.step_id = s.step_id
                    JOIN runs r ON r.run_id = v.run_id
-            WHERE s.status IN ('open', 'fixed', 'acknowledged', 'improvement')
+            WHERE s.status IN {_BOUNDARY}
             UNION ALL
             SELECT v.run_id, v."commit", '__suite__',
                    CASE WHEN s.suite_change > 0 THEN 'regression' ELSE 'improvement' END, s.suite_change,
                    v.message, r.started_at, v.verdict
             FROM v JOIN steps s ON s.step_id = v.step_id JOIN runs r ON r.run_id = v.run_id
-            WHERE s.status IN ('open', 'fixed', 'acknowledged', 'improvement') AND s.suite_change IS NOT NULL
+            WHERE s.status IN {_BOUNDARY} AND s.suite_change IS NOT NULL
             UNION ALL
             SELECT v.run_id, v."commit", x.case_name,
                    CASE WHEN x.status = 'incorrect' THEN 'incorrect' ELSE 'error' END, NULL,
-                   coalesce(split_part(x.error, chr(10), 1), x.status), r.started_at, v.verdict
+                   coalesce({_error_line("x.error")}, x.status), r.started_at, v.verdict
             FROM v JOIN results x ON x.run_id = v.run_id JOIN runs r ON r.run_id = v.run_id
             WHERE x.status <> 'pass'
             ORDER BY started_at DESC

@@ -58,6 +58,10 @@ from kernel.workload import B200_RECORDS, CASES, LEADERBOARD_SOURCE
 from storage.db import SchemaVersionError
 
 SUITE = "__suite__"
+# steps.status: a boundary is a change of level the judging stands by (the level starts again after it); the
+# others are a step's way there (pending) or its end without one.
+BOUNDARY_STATUSES = ("open", "fixed", "acknowledged", "improvement")
+STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced")
 PUBLISHED_PROTOCOL = "SOL-ExecBench v1.1"
 PUBLISHED_HARDWARE_LABEL = "NVIDIA B200"
 
