@@ -23,7 +23,8 @@ from dashboard import fmt
 from storage import db as storage_db
 from storage import queries
 from storage.db import Database
-from storage.schema import SUITE
+from storage.schema import BOUNDARY_STATUSES, SUITE
+from storage.schema import STEP_STATUSES as STEP_STATUSES  # the Changes tab's status filter
 
 DASHBOARD_LOCK_ENV = "SOLCI_DASHBOARD_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -32,8 +33,6 @@ EMPTY_MESSAGE = (
     "No runs yet: run `solci up` (measures this checkout's HEAD and serves this page) "
     "or `solci run --repo PATH --commit SHA`, then refresh."
 )
-BOUNDARY_STATUSES = ("open", "fixed", "acknowledged", "improvement")  # ci.judge.BOUNDARY_STATUSES
-STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced")  # ci.judge.STEP_STATUSES
 
 
 @dataclass(frozen=True)

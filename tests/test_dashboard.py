@@ -277,10 +277,13 @@ def test_sol_table_gives_failed_cases_no_score(history_db: Database) -> None:
     assert best is not None and best["run_id"] == run_id_of(0)  # the fastest level, its first run
 
 
-def test_judging_constants_match() -> None:
-    from ci.judge import BOUNDARY_STATUSES, STEP_STATUSES
+def test_step_statuses_have_one_definition() -> None:
+    """The dashboard, the judging and solci flags use storage's step statuses, not copies that can drift."""
+    from ci import judge, read_commands
+    from storage import schema
 
-    assert data.BOUNDARY_STATUSES == BOUNDARY_STATUSES and data.STEP_STATUSES == STEP_STATUSES
+    assert data.BOUNDARY_STATUSES is schema.BOUNDARY_STATUSES and data.STEP_STATUSES is schema.STEP_STATUSES
+    assert judge.BOUNDARY_STATUSES is schema.BOUNDARY_STATUSES and read_commands.STEP_STATUSES is schema.STEP_STATUSES
 
 
 def test_stored_strings_are_escaped_for_markdown_and_plotly() -> None:
