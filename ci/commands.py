@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ci.common import (
+    EXIT_INTERRUPTED,
     add_db_argument,
     add_runner_options,
     bounded,
     echo,
     handles_errors,
     install_stop_signals,
+    jobs_exit_code,
+    one_line_errors,
     open_db,
     print_report,
     run_commit_now,
@@ -37,8 +40,8 @@ from ci.runner import Runner, exit_code_for
 def cmd_run(args: argparse.Namespace) -> int:
     db = open_db(args)
     report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch)
-    if report is None:
-        return 130
+    if report is None:  # a stop signal came before the job finished
+        return EXIT_INTERRUPTED
     print_report(db, report, show_log=args.verbose)
     return exit_code_for([report.outcome])
 
@@ -83,10 +86,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if runner is None:
             return 0
         runner.start()
-        jobs = wait_for_jobs(db, [q.job_id for q in result.queued], runner, stop=stop)
+        job_ids = [q.job_id for q in result.queued]
+        jobs = wait_for_jobs(db, job_ids, runner, stop=stop)
         for job in jobs.values():
             print(f"{job.commit}  {(job.outcome or job.status).upper()}  (job {job.id})")
-        return exit_code_for([j.outcome or "error" for j in jobs.values()])
+        return jobs_exit_code(job_ids, jobs)  # 130 when a stop signal left a queued commit unmeasured
 
     if runner is not None:
         runner.start()
@@ -161,8 +165,10 @@ def cmd_hooks(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
 
-    p = subparsers.add_parser(
-        "run", help="measure one commit now and judge it (exit 3 regressed, 1 broken)", formatter_class=fmt
+    p = one_line_errors(
+        subparsers.add_parser(
+            "run", help="measure one commit now and judge it (exit 3 regressed, 1 broken)", formatter_class=fmt
+        )
     )
     p.add_argument("--repo", default=".", help="repository: a path or a URL (default: .)")
     p.add_argument("--commit", default="HEAD", help="commit or revision (default HEAD)")
@@ -179,7 +185,9 @@ def register(subparsers: Any) -> None:
     add_db_argument(p)
     p.set_defaults(func=cmd_ack)
 
-    p = subparsers.add_parser("watch", help="poll a branch; queue and run every new commit, oldest first")
+    p = one_line_errors(
+        subparsers.add_parser("watch", help="poll a branch; queue and run every new commit, oldest first")
+    )
     p.add_argument("repo", help="repository: a path or a URL")
     p.add_argument("--branch", default="main", help="branch to follow (default main)")
     p.add_argument("--once", action="store_true", help="one poll, run what it queued, exit (0/1/3 as run)")
@@ -193,7 +201,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-commits",
-        type=int,
+        type=bounded(int, 1),
         default=None,
         help="queue at most the N newest new commits per poll, leaving older ones out "
         "(default: no cap, every commit is queued)",
@@ -202,7 +210,9 @@ def register(subparsers: Any) -> None:
     add_runner_options(p)
     p.set_defaults(func=cmd_watch)
 
-    p = subparsers.add_parser("worker", help="process the job queue (one job at a time for one GPU slot)")
+    p = one_line_errors(
+        subparsers.add_parser("worker", help="process the job queue (one job at a time for one GPU slot)")
+    )
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between looks at an empty queue (5)")

@@ -14,16 +14,18 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pandas as pd
-
-from ci.executors import EXECUTOR_KINDS, ExecutorUnavailable, MeasureOptions
 from ci.gitutil import GitError
-from ci.judge import JudgeConfig
-from ci.runner import EXIT_INFRA, EXIT_USAGE, JobReport, Runner, RunnerConfig, claim_job
+
+if TYPE_CHECKING:  # the heavy modules (pandas, the runner, the judge) load inside the functions that use them:
+    # `python -m ci.measure` (the harness) imports this module for ``bounded`` and ``dispatch`` alone
+    import pandas as pd
+
+    from ci.runner import JobReport, Runner, RunnerConfig
 
 Handler = Callable[[argparse.Namespace], int]
+EXIT_INTERRUPTED = 130  # Ctrl-C, or a stop signal that left a queued job unfinished (run / up / watch)
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -32,7 +34,7 @@ def dispatch(args: argparse.Namespace) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def bounded(convert: type, low: float, *, strict: bool = False) -> Callable[[str], Any]:
@@ -53,7 +55,16 @@ def bounded(convert: type, low: float, *, strict: bool = False) -> Callable[[str
     return parse
 
 
-Handler = Callable[[argparse.Namespace], int]
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make a (sub)parser end a bad option or value in one line on stderr (exit 2), no usage block."""
+
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
 LOCK_TIMEOUT_ENV = "SOLCI_LOCK_TIMEOUT"
 
 
@@ -88,6 +99,8 @@ def handles_errors(func: Handler) -> Handler:
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> int:
+        from ci.executors import ExecutorUnavailable
+        from ci.runner import EXIT_INFRA, EXIT_USAGE
         from storage.db import CatalogUnreachableError, DatabaseLockedError, StorageError
 
         try:
@@ -109,6 +122,8 @@ def handles_errors(func: Handler) -> Handler:
 
 
 def print_table(df: pd.DataFrame, *, empty: str = "(no rows)", max_colwidth: int = 60) -> None:
+    import pandas as pd
+
     if df is None or df.empty:
         print(empty)
         return
@@ -126,6 +141,11 @@ def add_db_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:
+    """The runner's, the measurement's and the judging's options; a bad value (``--iters 0``) is refused here
+    (exit 2), before anything is queued, never measured as the commit's failure."""
+    from ci.executors import EXECUTOR_KINDS
+    from ci.judge import JudgeConfig
+
     g = p.add_argument_group("runner")
     g.add_argument(
         "--executor",
@@ -146,13 +166,18 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
         help="local executor: run the commit's kernel WITHOUT the bubblewrap sandbox (it can then read "
         "and write whatever this user can); only for commits you trust",
     )
-    g.add_argument("--timeout", type=float, default=3600.0, help="seconds for one measurement (default 3600)")
+    g.add_argument(
+        "--timeout",
+        type=bounded(float, 0.0, strict=True),
+        default=3600.0,
+        help="seconds for one measurement (default 3600)",
+    )
     m = p.add_argument_group("measurement (passed to `solci measure`)")
     m.add_argument("--cases", help="cases, e.g. '1,7' or '4,128;8,256', 'smoke' or 'all' (default: measure's)")
-    m.add_argument("--rounds", type=int, help="correctness rounds")
-    m.add_argument("--warmup", type=int, help="warm-up iterations")
-    m.add_argument("--iters", type=int, help="timed iterations")
-    m.add_argument("--case-timeout", type=float, help="seconds per case")
+    m.add_argument("--rounds", type=bounded(int, 1), help="correctness rounds (at least 1)")
+    m.add_argument("--warmup", type=bounded(int, 0), help="warm-up iterations (0 or more)")
+    m.add_argument("--iters", type=bounded(int, 1), help="timed iterations (at least 1)")
+    m.add_argument("--case-timeout", type=bounded(float, 0.0, strict=True), help="seconds per case")
     m.add_argument("--impl", help="the kernel as MODULE:FUNCTION")
     m.add_argument(
         "--measure-arg",
@@ -188,6 +213,9 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
 
 
 def runner_config(args: argparse.Namespace) -> RunnerConfig:
+    from ci.executors import MeasureOptions
+    from ci.runner import RunnerConfig
+
     cases = args.cases.replace(";", " ").split() if args.cases else None
     measure = MeasureOptions(
         cases=";".join(cases) if cases else None,
@@ -235,6 +263,8 @@ def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:
 
 def format_changes(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """Relative changes as signed percentages ("+3.1%"), for tables printed to a terminal."""
+    import pandas as pd
+
     out = df.copy()
     for c in columns:
         if c in out.columns:
@@ -243,7 +273,8 @@ def format_changes(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def install_stop_signals() -> threading.Event:
-    """SIGTERM/SIGINT stop the loop between jobs (a second one stops at once)."""
+    """SIGTERM stops the loop between jobs (a second one stops at once); SIGINT (Ctrl-C) stops at once
+    (``dispatch``: exit 130). Returns the event a SIGTERM sets."""
     stop = threading.Event()
 
     def handler(signum: int, _frame: Any) -> None:
@@ -259,7 +290,8 @@ def install_stop_signals() -> threading.Event:
 
 # ------------------------------------------------------------------------------------------------ run
 def wait_for_jobs(db: Any, job_ids: list[int], runner: Runner, *, stop: threading.Event) -> dict[int, Any]:
-    """Run these jobs (claiming each; ones another runner took are waited for); their final Job rows."""
+    """Run these jobs (each claimed with ``Runner.claim``; ones another runner took are waited for) until all
+    are finished or ``stop`` is set: the final Job rows of those that finished (``unfinished`` names the rest)."""
     from storage.jobs import get_job
 
     pending = list(job_ids)
@@ -276,8 +308,10 @@ def wait_for_jobs(db: Any, job_ids: list[int], runner: Runner, *, stop: threadin
                 pending.remove(jid)
                 progressed = True
                 continue
+            if stop.is_set():  # a stop signal came while a job ran: the rest stay queued
+                continue
             if job.status == "queued":
-                claimed = claim_job(db, jid, runner.config.worker, runner.config.gpu)
+                claimed = runner.claim(job_id=jid)
                 if claimed is not None:
                     runner.process(claimed)
                     progressed = True
@@ -291,28 +325,48 @@ def wait_for_jobs(db: Any, job_ids: list[int], runner: Runner, *, stop: threadin
     return done
 
 
+def unfinished(job_ids: list[int], done: dict[int, Any]) -> list[int]:
+    """The jobs a stop signal left unfinished (said on stderr): what makes ``solci run``, ``solci up`` and
+    ``solci watch --once`` exit 130 (EXIT_INTERRUPTED), whatever the finished ones' outcomes."""
+    left = list(dict.fromkeys(j for j in job_ids if j not in done))
+    if left:
+        echo(f"stopped before job(s) {', '.join(map(str, left))} finished (still queued for a worker)")
+    return left
+
+
+def jobs_exit_code(job_ids: list[int], done: dict[int, Any]) -> int:
+    """The exit code of jobs a command queued and ran (``wait_for_jobs``): 130 when a stop signal left one
+    unfinished (``unfinished``), else the worst of their outcomes (``ci.runner.exit_code_for``)."""
+    from ci.runner import exit_code_for
+
+    if unfinished(job_ids, done):
+        return EXIT_INTERRUPTED
+    return exit_code_for([done[j].outcome or "error" for j in job_ids])
+
+
 def run_commit_now(
     db: Any, args: argparse.Namespace, repo: str, commit: str, *, branch: str | None = None
 ) -> JobReport | None:
     """Queue one commit (again, even when it was measured before) and run its job here, now: what ``solci run``
-    and ``solci up`` do. Returns the finished job's report, or None when interrupted first."""
+    and ``solci up`` do. Returns the finished job's report, or None when a stop signal came first (exit 130)."""
+    from ci.fleet import detect_gpu_model
+    from ci.runner import JobReport, Runner
     from ci.triggers import guess_branch, resolve_revisions
     from storage.jobs import enqueue
 
     canon, source, shas = resolve_revisions(repo, [commit])
     sha = shas[-1]
     branch = branch or guess_branch(source, sha)
-    from ci.fleet import detect_gpu_model
-
     config = runner_config(args)
     config.gpu_model = config.gpu_model or detect_gpu_model(config.gpu)
     job_id, _ = enqueue(db, canon, sha, branch=branch, trigger="manual", force=True, gpu_model=config.gpu_model)
     runner = Runner(db, config, echo=echo)
     echo(f"job {job_id}: {sha[:12]} of {canon} with the {runner.executor.name} executor into {db.path}")
     runner.start()
-    job = wait_for_jobs(db, [job_id], runner, stop=install_stop_signals()).get(job_id)
-    if job is None:
+    done = wait_for_jobs(db, [job_id], runner, stop=install_stop_signals())
+    if unfinished([job_id], done):
         return None
+    job = done[job_id]
     report = JobReport(
         job.id, job.repo, job.commit, job.branch, job.outcome or "error", job.status, job.run_id, log=job.log or ""
     )

@@ -7,8 +7,9 @@ The runner (``ci.runner.Runner``) calls these; each works on both backends (file
 - ``hold(db, job)``: the job's lease while it is processed: a thread renews the heartbeat
   (``storage.jobs.hold``); a runner killed mid-job stops renewing it, and another runner recovers the job once
   the lease has run out (or at once, on the same host, when the owner's process is gone).
-- ``ingest_spooled(db, doc, ...)``: spool the result (durably, on local disk), ingest it, link it to its job,
-  remove the spool file. If the ingest fails (lock, disk full, catalog unreachable) it raises and the file stays.
+- storing a result is ``storage.spool.store``: spool it (durably, on local disk), ingest it, link it to its job,
+  remove the spool file; a document that fails validation is a rejected run. If the ingest fails (lock, disk
+  full, catalog unreachable) it raises and the file stays.
 - ``flush_spool(db)``: ingest what earlier attempts left in the spool (never raises); the runner calls it when
   it starts and before each job.
 - ``Compaction``: ``solci compact`` every N jobs from a worker (``--compact-every``), on a lake only.
@@ -53,33 +54,6 @@ def detect_gpu_model(slot: str = "gpu0") -> str:
     from kernel.workload import gpu_model
 
     return gpu_model(name) or name
-
-
-def ingest_spooled(
-    db: Any,
-    doc: dict,
-    *,
-    job_id: int | None = None,
-    purpose: str = "measure",
-    parent: str | None = None,
-    **ingest: Any,
-) -> bool:
-    """Spool ``doc``, ingest it, link it to ``job_id``, unspool it; returns ingest's result (False: the run was
-    stored before). Raises what the ingest raised; the spool file then stays for ``flush_spool``."""
-    from storage import jobs, spool
-    from storage.ingest import ingest_result
-    from storage.result import SchemaError
-
-    path = spool.save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
-    try:
-        stored = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
-    except SchemaError:  # never storable: the caller records the rejection; nothing to retry
-        spool.remove(path)
-        raise
-    if job_id is not None and purpose == "measure" and getattr(db, "backend", "file") == "lake":
-        jobs.link_run(db, job_id, doc["run_id"])  # the lake's queue is in PostgreSQL, not in the ingest's tables
-    spool.remove(path)
-    return stored
 
 
 def flush_spool(db: Any, echo: Callable[[str], None] | None = None) -> Any:

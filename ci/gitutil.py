@@ -168,3 +168,14 @@ def first_parent_ancestry(repo: str | Path, sha: str, limit: int = 1000) -> list
     in follows this chain); [] when git cannot walk it."""
     out = git("rev-list", "--first-parent", f"--max-count={int(limit)}", sha, cwd=repo, check=False)
     return out.split()
+
+
+def archive(source: str | Path, commit: str, *, prefix: str = "", timeout: float = 600) -> bytes:
+    """The commit's tracked files as a tar (``git archive``, each name under ``prefix``): what both executors
+    measure (a plain tree: no ``.git``, nothing that points back at the source repository); GitError when git
+    cannot."""
+    cmd = ["git", "archive", "--format=tar", *([f"--prefix={prefix}"] if prefix else []), commit]
+    proc = subprocess.run(cmd, cwd=source, env=git_env(), capture_output=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise GitError(f"git archive {commit}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout

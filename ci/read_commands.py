@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ci.common import add_db_argument, bounded, format_changes, handles_errors, open_db, print_table
+from ci.common import add_db_argument, bounded, format_changes, handles_errors, one_line_errors, open_db, print_table
 from storage.schema import STEP_STATUSES
 
 # Column names -> how their numbers print (format_numbers).
@@ -47,16 +47,6 @@ FRACTION_COLUMNS = frozenset({"score"})  # 0..1, printed as a percentage
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Make a (sub)parser end a bad option or value in one line on stderr (exit 2), no usage block."""
-
-    def error(message: str) -> NoReturn:
-        parser.exit(2, f"{parser.prog}: error: {message} (see {parser.prog} --help)\n")
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
-
-
 def plain_number(v: float) -> str:
     """A float without an exponent: 1521941.0 -> '1521941', 0.62143219 -> '0.621432'."""
     return np.format_float_positional(float(v), precision=6, unique=True, trim="-")

@@ -74,13 +74,6 @@ def exit_code_for(outcomes: list[str]) -> int:
     return max(codes, key=lambda c: _SEVERITY[c], default=EXIT_OK)
 
 
-def claim_job(db: Any, job_id: int, worker: str, gpu: str) -> Any:
-    """Move one given queued job to running on ``gpu``; None when it is no longer queued or the slot is busy."""
-    from storage.jobs import claim_next
-
-    return claim_next(db, worker, gpu, job_id=job_id)
-
-
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -181,15 +174,25 @@ class Runner:
         self._started = True
         return requeued
 
+    def claim(self, job_id: int | None = None) -> Any:
+        """Move the oldest queued job of this runner's GPU model (or, with ``job_id``, that job) to running on
+        its slot, leased to this process: the one way a runner takes a job (``run_next``, and
+        ``ci.common.wait_for_jobs`` for ``solci run`` / ``up`` / ``watch --once``). None when there is none
+        queued (of its model), it is no longer queued, or the slot runs another live runner's job."""
+        from storage.jobs import claim_next
+
+        if not self._started:
+            self.start()  # detects the GPU model: a claim never leaves the model to guess
+        return claim_next(self.db, self.config.worker, self.config.gpu, job_id=job_id, gpu_model=self.config.gpu_model)
+
     def run_next(self) -> JobReport | None:
         """Claim the oldest queued job of this slot and process it; None when the queue is empty."""
         from ci.fleet import flush_spool
-        from storage.jobs import claim_next
 
         if not self._started:
             self.start()
         flush_spool(self.db, self.echo)
-        job = claim_next(self.db, self.config.worker, self.config.gpu, gpu_model=self.config.gpu_model)
+        job = self.claim()
         return None if job is None else self.process(job)
 
     def run(
@@ -287,8 +290,12 @@ class Runner:
         if source is None:
             return Execution("error", None, f"[solci] commit {job.commit} not found in {job.repo}")
         lines.append(f"[solci] worker {self.config.worker}, {self.config.gpu}, {self.executor.name} executor")
-        options = replace(self.config.measure, progress=lambda line: self.echo(f"job {job.id}:   {line}"))
+        options = replace(self.config.measure, progress=self._progress(job))
         return self.executor.execute(source, job.commit, branch=job.branch, repo=job.repo, options=options)
+
+    def _progress(self, job: Any) -> Callable[[str], None]:
+        """Where a measurement's progress lines go (``MeasureOptions.progress``): the engineer's terminal."""
+        return lambda line: self.echo(f"job {job.id}:   {line}")
 
     def expected_gpu_model(self) -> str | None:
         """The GPU model a result of this runner must say it ran on (a model the workload knows), else None."""
@@ -298,26 +305,22 @@ class Runner:
         return model if model in GPU_PEAKS else None
 
     def _record(self, job: Any, execution: Execution, source: Path | None) -> tuple[str, str, str, str]:
-        from ci.fleet import ingest_spooled
-        from storage.ingest import reject
-        from storage.result import SchemaError
+        from storage.spool import store
 
         doc = execution.doc
         assert doc is not None
         ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
-        try:
-            ingest_spooled(
-                self.db,
-                doc,
-                job_id=job.id,
-                parent=ancestry[1] if len(ancestry) > 1 else None,
-                expect_gpu_model=self.expected_gpu_model(),
-            )
-        except SchemaError as exc:  # nothing it says is believed: stored as a rejected run, with the reason
-            reject(self.db, doc, str(exc), job_id=job.id)
-            self._lines.append(f"[solci] result rejected: {exc}")
-            return "", "rejected", "rejected", f"the result document was rejected: {exc}"
-        return self._judge(job, doc["run_id"], source, ancestry)
+        kept = store(
+            self.db,
+            doc,
+            job_id=job.id,
+            parent=ancestry[1] if len(ancestry) > 1 else None,
+            expect_gpu_model=self.expected_gpu_model(),
+        )
+        if kept.rejected is not None:  # nothing it says is believed: stored as a rejected run, with the reason
+            self._lines.append(f"[solci] result rejected: {kept.rejected}")
+            return "", "rejected", "rejected", f"the result document was rejected: {kept.rejected}"
+        return self._judge(job, kept.run_id, source, ancestry)
 
     def _judge(
         self,
@@ -349,8 +352,9 @@ class Runner:
     def _confirmer(self, job: Any, source: Path, lines: list[str]) -> Callable[[str, str, list[str]], list]:
         """The confirmation of a moved run: interleaved runs of the parent (A) and the commit (B), each a
         fresh measurement of only the cases in question, until ``pairs`` pairs are free of throttling (two
-        pairs more at most). Each run is stored (purpose confirm) under this job."""
-        from ci.fleet import ingest_spooled
+        pairs more at most). Each run is stored (purpose confirm) under this job. A run that failed, whose
+        document fails validation (stored as a rejected run) or whose suite did not pass stops the
+        confirmation there: the runs so far decide, as for any confirmation cut short."""
         from ci.judge import JudgeConfig, clean_pairs, interleave, pair_up
         from ci.judging import figures_from_rows
         from storage.queries import run_figures
@@ -363,7 +367,7 @@ class Runner:
                 self.config.measure,
                 cases=";".join(cases),
                 extra_args=[a for a in self.config.measure.extra_args],
-                progress=lambda line: self.echo(f"job {job.id}:   {line}"),
+                progress=self._progress(job),
             )
             done: list[tuple[str, str]] = []
             figs: list[tuple[str, Any]] = []
@@ -376,20 +380,39 @@ class Runner:
                     sha = parent if label == "A" else commit
                     self.echo(f"job {job.id}: confirmation run {len(done) + 1} ({label}: {sha[:12]})")
                     ex = self.executor.execute(source, sha, branch=job.branch, repo=job.repo, options=options)
-                    if ex.status != "ok" or ex.doc is None or ex.doc["suite"]["status"] != "pass":
-                        lines.append(f"[solci] confirmation run of {sha[:12]} failed ({ex.status}):")
+                    run_id, why = self._store_confirmation(job, ex)
+                    if run_id is None:
+                        lines.append(f"[solci] confirmation run of {sha[:12]} failed ({why}):")
                         lines.append(ex.log[-4000:])
                         return done
-                    ingest_spooled(
-                        self.db, ex.doc, job_id=job.id, purpose="confirm", expect_gpu_model=self.expected_gpu_model()
-                    )
-                    done.append((label, ex.doc["run_id"]))
-                    figs.append((label, figures_from_rows(run_figures(self.db, ex.doc["run_id"]))[0]))
+                    done.append((label, run_id))
+                    figs.append((label, figures_from_rows(run_figures(self.db, run_id))[0]))
                 if len(clean_pairs(pair_up(figs), cases)) >= cfg.pairs:
                     break
             return done
 
         return confirm
+
+    def _store_confirmation(self, job: Any, ex: Execution) -> tuple[str | None, str]:
+        """Store one confirmation run: (its run_id, "") or (None, why it failed). Nothing of the document is
+        read before validation; a document that fails it is stored as a rejected run (``storage.spool.store``),
+        and a valid one whose suite did not pass is not stored (it is no re-measurement of the change)."""
+        from storage.result import SchemaError, validate
+        from storage.spool import store
+
+        if ex.status != "ok" or ex.doc is None:
+            return None, ex.status
+        try:
+            validate(ex.doc)
+        except SchemaError:
+            pass  # the store below keeps it as a rejected run, with the reason
+        else:
+            if ex.doc["suite"]["status"] != "pass":
+                return None, f"suite {ex.doc['suite']['status']}"
+        kept = store(self.db, ex.doc, job_id=job.id, purpose="confirm", expect_gpu_model=self.expected_gpu_model())
+        if kept.rejected is not None:
+            return None, f"rejected: {kept.rejected[:300]}"
+        return kept.run_id, ""
 
     def _stored_run(self, job: Any) -> dict | None:
         """The run an earlier attempt of this job stored (ingest links it to the job); None when there is

@@ -26,13 +26,13 @@ from ci.common import (
     echo,
     error,
     handles_errors,
+    one_line_errors,
     open_db,
     print_report,
     print_table,
     run_commit_now,
 )
 from ci.gitutil import GitError, local_repo
-from ci.read_commands import one_line_errors
 from ci.runner import EXIT_USAGE, exit_code_for
 
 APP = Path(__file__).resolve().parent / "app.py"

@@ -9,13 +9,19 @@ ingests it: idempotent, since ingest is keyed by run_id, so a file ingested twic
 measurement is linked to its job and the job is queued again (``storage.jobs.requeue_for_judging``), so a
 runner judges the stored run instead of measuring the commit again.
 
+``store`` is the one way a result goes in, for the runner (its measurement and each confirmation run) and for
+``flush``: spool, ingest, link the run to its job, unspool; a document that fails validation is stored as a
+rejected run instead (never an exception) and its file set aside in ``rejected/``.
+
 A file holds ``{"format": 1, "spooled_at", "job_id", "purpose", "parent", "ingest": {...}, "doc": {...}}``
 (``ingest``: further keyword arguments of ``storage.ingest.ingest_result``). A document that fails validation
-can never be ingested: ``flush`` stores it as a rejected run and moves the file to ``rejected/``.
+can never be ingested: it is stored as a rejected run and the file moves to ``rejected/`` (the newest
+KEEP_REJECTED are kept there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +34,7 @@ from typing import Any
 
 SPOOL_ENV = "SOLCI_SPOOL"
 FORMAT = 1
+KEEP_REJECTED = 32  # files of rejected documents kept in rejected/ (a hostile commit can forge many)
 
 
 def spool_dir(db: Any) -> Path:
@@ -147,6 +154,66 @@ def pending(db: Any) -> list[Spooled]:
 
 
 @dataclass
+class Stored:
+    """What ``store`` did with a document: stored now (``new``), stored before, or rejected (``rejected``:
+    why validation refused it; it is then a rejected run, never figures)."""
+
+    run_id: str
+    new: bool = False
+    rejected: str | None = None
+    requeued: bool = False  # a flushed measurement's job, queued again to judge its run
+
+
+def store(
+    db: Any,
+    doc: dict,
+    *,
+    job_id: int | None = None,
+    purpose: str = "measure",
+    parent: str | None = None,
+    spooled: Path | None = None,
+    **ingest: Any,
+) -> Stored:
+    """Spool ``doc`` (unless it is already, at ``spooled``), ingest it, link its run to ``job_id`` (a
+    ``measure`` run; one from the spool also queues its job again, to be judged), remove the spool file. A
+    document that fails validation (``SchemaError``, including a
+    ``RejectedResult``) is stored as a rejected run and its file set aside: returned with the reason, never
+    raised. Raises what the history raised (locked, full, unreachable: ``StorageError``, ``OSError``); the
+    spool file then stays for ``flush``."""
+    from storage import jobs
+    from storage.ingest import ingest_result, reject
+    from storage.result import SchemaError
+
+    path = spooled or save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    run_id = str(doc.get("run_id")) if isinstance(doc, dict) else "?"
+    try:
+        new = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    except SchemaError as exc:  # never storable: nothing to retry
+        reject(db, doc, str(exc), job_id=job_id)
+        _set_aside(path)
+        return Stored(run_id, rejected=str(exc))
+    requeued = False
+    if job_id is not None and purpose == "measure":
+        jobs.link_run(db, job_id, run_id)  # ingest links a new run on the file; a lake's queue is elsewhere
+        if spooled is not None:  # an earlier attempt's result: its job is judged, not measured again
+            note = f"spool: run {run_id} uploaded from the spool; to be judged"
+            requeued = jobs.requeue_for_judging(db, job_id, run_id, note)
+    remove(path)
+    return Stored(run_id, new=new, requeued=requeued)
+
+
+def _set_aside(path: Path) -> None:
+    """Move a spool file whose document can never be stored into ``rejected/`` (the newest KEEP_REJECTED)."""
+    target = path.parent / "rejected"
+    target.mkdir(exist_ok=True)
+    os.replace(path, target / path.name)
+    _fsync_dir(path.parent)
+    for old in sorted(target.glob("*.json"))[:-KEEP_REJECTED]:  # names start with the time they were spooled
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+@dataclass
 class FlushReport:
     ingested: list[str] = field(default_factory=list)  # run ids stored now
     already: list[str] = field(default_factory=list)  # run ids that were stored before (files removed)
@@ -161,35 +228,31 @@ class FlushReport:
 
 
 def flush(db: Any, *, echo: Callable[[str], None] | None = None) -> FlushReport:
-    """Ingest every pending spooled result, oldest first; stop at the first failure of the history (locked,
-    full, unreachable), leaving that file and the later ones for the next flush."""
-    from storage import jobs
+    """Ingest every pending spooled result, oldest first (``store``); stop at the first failure of the history
+    (locked, full, unreachable), leaving that file and the later ones for the next flush."""
     from storage.db import StorageError
-    from storage.ingest import ingest_result
-    from storage.result import SchemaError
 
     say = echo or (lambda _m: None)
     report = FlushReport()
     items = pending(db)
     for i, item in enumerate(items):
         try:
-            try:
-                stored = ingest_result(
-                    db, item.doc, job_id=item.job_id, purpose=item.purpose, parent=item.parent, **item.ingest
-                )
-            except SchemaError as exc:
-                _reject(db, item, str(exc))
+            kept = store(
+                db,
+                item.doc,
+                job_id=item.job_id,
+                purpose=item.purpose,
+                parent=item.parent,
+                spooled=item.path,
+                **item.ingest,
+            )
+            if kept.rejected is not None:
                 report.rejected.append(item.run_id)
-                say(f"spool: {item.path.name} can never be stored ({exc}); moved to rejected/")
+                say(f"spool: {item.path.name} can never be stored ({kept.rejected}); moved to rejected/")
                 continue
-            (report.ingested if stored else report.already).append(item.run_id)
-            if item.job_id is not None and item.purpose == "measure":
-                jobs.link_run(db, item.job_id, item.run_id)
-                if jobs.requeue_for_judging(
-                    db, item.job_id, item.run_id, f"spool: run {item.run_id} uploaded from the spool; to be judged"
-                ):
-                    report.requeued.append(item.job_id)
-            remove(item.path)
+            (report.ingested if kept.new else report.already).append(item.run_id)
+            if kept.requeued:
+                report.requeued.append(item.job_id)
             say(f"spool: uploaded run {item.run_id}" + (f" of job {item.job_id}" if item.job_id else ""))
         except (StorageError, OSError) as exc:
             report.left = len(items) - i
@@ -197,12 +260,3 @@ def flush(db: Any, *, echo: Callable[[str], None] | None = None) -> FlushReport:
             say(f"spool: {report.left} result(s) kept for later: {report.error[:300]}")
             break
     return report
-
-
-def _reject(db: Any, item: Spooled, reason: str) -> None:
-    from storage.ingest import reject
-
-    reject(db, item.doc, reason, job_id=item.job_id)
-    target = item.path.parent / "rejected"
-    target.mkdir(exist_ok=True)
-    os.replace(item.path, target / item.path.name)

@@ -44,7 +44,8 @@ def test_builds_the_commit_and_measures_inside(repo: ProjectRepo, executor: Dock
     assert doc["commit"] == sha and doc["branch"] == "main" and doc["repo"] == str(repo.path)
     assert doc["mode"] == "cpu-interpreter"
     assert [c["case"] for c in doc["cases"]] == ["B1_S7"] and doc["suite"]["status"] == "pass"
-    assert "Successfully tagged solci-run:" + sha[:12] in ex.log
+    tag = executor.run_tag(sha, executor.harness_image([]) or "")
+    assert f"Successfully tagged {tag}" in ex.log or f"reusing {tag}" in ex.log
     assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
 
 
@@ -157,3 +158,17 @@ def test_prune_keeps_the_newest_images(repo: ProjectRepo, executor: DockerExecut
     executor.prune_images(keep=1, protect=tag)
     tags = [t for im in executor.client.images.list(name="solci-run") for t in im.tags]
     assert tag in tags and len(tags) <= 2
+
+
+@pytest.mark.timeout(300)
+def test_a_commits_image_is_built_once_and_reused(repo: ProjectRepo, executor: DockerExecutor) -> None:
+    """Each confirmation run measures the same commit again: its image is built once per harness image,
+    then reused (no rebuild, the same tag), and a new harness makes a new one."""
+    first: list[str] = []
+    tag = executor.build(repo.path, repo.head(), first)
+    again: list[str] = []
+    assert tag and executor.build(repo.path, repo.head(), again) == tag
+    assert any(line.startswith(f"[solci] reusing {tag}") for line in again), again
+    assert tag.startswith(f"solci-run:{repo.head()}-")
+    harness = executor.harness_image([])
+    assert harness and tag.endswith(harness.rsplit(":", 1)[1])

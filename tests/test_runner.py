@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from ci.runner import (
     EXIT_REGRESSED,
     Runner,
     RunnerConfig,
-    claim_job,
     exit_code_for,
     outcome_of,
 )
@@ -294,14 +294,129 @@ def test_a_run_stored_before_the_runner_died_is_judged_not_measured_again(db: Da
     assert get_job(db, job_id).status == "done"
 
 
-def test_claim_job_takes_a_given_job(db: Database, tmp_path: Path) -> None:
+def test_claim_takes_a_given_job(db: Database, tmp_path: Path) -> None:
     repo = small_repo(tmp_path / "repo", n_commits=3)
     first, _ = enqueue(db, str(repo.path), repo.head())
     second, _ = enqueue(db, str(repo.path), repo.commit_file("y.txt", "y", "y"))
-    job = claim_job(db, second, "w", "gpu0")
+    runner = Runner(db, RunnerConfig(worker="w", gpu_model="H200"), executor=FakeExecutor({}))
+    job = runner.claim(job_id=second)
     assert job is not None and job.id == second and job.status == "running"
-    assert claim_job(db, first, "w", "gpu0") is None  # the slot is busy
-    assert claim_job(db, second, "w", "gpu1") is None  # no longer queued
+    assert runner.claim(job_id=first) is None  # the slot is busy
+    other = Runner(db, RunnerConfig(worker="w", gpu="gpu1", gpu_model="H200"), executor=FakeExecutor({}))
+    assert other.claim(job_id=second) is None  # no longer queued
+
+
+def test_solci_run_and_watch_claim_with_the_runners_gpu_model(db: Database, tmp_path: Path) -> None:
+    """wait_for_jobs (solci run / up / watch --once) claims as the worker loop does, with the runner's GPU
+    model: on a lake a claim without it guesses the model (a fresh host: a NULL insert; else a job that
+    never matches, and the command waits for ever). Here the model is written into the claimed job."""
+    import threading
+
+    from ci.common import wait_for_jobs
+
+    repo = small_repo(tmp_path / "repo", n_commits=2)
+    sha = repo.head()
+    queued_for, _ = enqueue(db, str(repo.path), sha, branch="main", gpu_model="H200")
+    unlabelled, _ = enqueue(db, str(repo.path), repo.commit_file("z.txt", "z", "z"), branch="main")
+    fake = FakeExecutor(dict.fromkeys([sha, get_job(db, unlabelled).commit], "pass"))
+    runner = Runner(db, RunnerConfig(worker="run", gpu_model="H200", confirm=False), executor=fake)
+    runner.start()
+    done = wait_for_jobs(db, [queued_for, unlabelled], runner, stop=threading.Event())
+    assert {j: (job.status, job.outcome) for j, job in done.items()} == {
+        queued_for: ("done", "passed"),
+        unlabelled: ("done", "passed"),
+    }
+    assert get_job(db, queued_for).gpu_model == "H200"
+    assert get_job(db, unlabelled).gpu_model == "H200", "claimed without the runner's GPU model"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--iters", "0"], "argument --iters: must be >= 1, got 0"),
+        (["run", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+        (["run", "--warmup", "-1"], "argument --warmup: must be >= 0, got -1"),
+        (["run", "--timeout", "0"], "argument --timeout: must be > 0.0, got 0.0"),
+        (["run", "--case-timeout", "nan"], "argument --case-timeout: 'nan' is not a finite number"),
+        (["worker", "--once", "--iters", "two"], "argument --iters: 'two' is not an integer"),
+        (["watch", ".", "--once", "--iters", "0"], "argument --iters: must be >= 1, got 0"),
+        (["watch", ".", "--once", "--max-commits", "0"], "argument --max-commits: must be >= 1, got 0"),
+        (["up", "--no-serve", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+    ],
+)
+def test_bad_runner_options_are_refused_never_blamed_on_the_commit(
+    argv: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    """--iters 0 used to reach `solci measure` (exit 2), and the job was recorded crashed: exit 1, "the
+    commit is broken". Now the command refuses it in one line (exit 2) before anything is queued."""
+    from ci.cli import main
+
+    path = tmp_path / "history.duckdb"
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--db", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not path.exists(), "nothing is queued"
+
+
+def test_a_stop_signal_during_watch_once_exits_130_not_0(tmp_path: Path, monkeypatch, capsys) -> None:
+    """SIGTERM while `solci watch --once` measures the first of three new commits: that job finishes, the
+    other two stay queued, and the exit code says the run was cut short (130), as `solci run` and `solci up`
+    do, instead of 0 over the one finished job."""
+    import ci.commands
+    from ci.cli import main
+
+    repo = small_repo(tmp_path / "repo", n_commits=3)
+    path = tmp_path / "history.duckdb"
+    fake = FakeExecutor(dict.fromkeys(git(repo.path, "rev-list", "HEAD").split(), "pass"))
+    execute = fake.execute
+
+    def execute_then_sigterm(source, commit, **kw):
+        if not fake.calls:
+            os.kill(os.getpid(), signal.SIGTERM)  # what `docker stop` / systemd sends
+        return execute(source, commit, **kw)
+
+    fake.execute = execute_then_sigterm  # type: ignore[method-assign]
+    monkeypatch.setattr(
+        ci.commands,
+        "Runner",
+        lambda db, config, echo: Runner(db, replace(config, gpu_model="H200"), executor=fake, echo=echo),
+    )
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(["watch", str(repo.path), "--once", "--backfill", "3", "--no-confirm", "--db", str(path)])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert "got SIGTERM: stopping after the current job" in err and "still queued" in err
+    assert len(fake.calls) == 1
+    jobs = list_jobs(Database(path))
+    assert sorted(j.status for j in jobs) == ["done", "queued", "queued"]
+
+
+def test_measurement_and_confirmation_runs_show_their_progress(db: Database, tmp_path: Path) -> None:
+    """One progress line format (Runner._progress) for the measurement and each confirmation run."""
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
+    for sha in shas:
+        enqueue(db, str(repo.path), sha, branch="main")
+
+    class Chatty(FakeExecutor):
+        def execute(self, source, commit, *, branch, repo, options):
+            options.progress(f"case of {commit[:7]} {'confirm' if options.cases else 'measure'}")
+            return super().execute(source, commit, branch=branch, repo=repo, options=options)
+
+    said: list[str] = []
+    plan = dict.fromkeys(shas, "pass") | {shas[4]: "slow"}
+    reports = Runner(db, RunnerConfig(worker="w"), executor=Chatty(plan), echo=said.append).run(once=True)
+    last = reports[-1].job_id
+    assert f"job {last}:   case of {shas[4][:7]} measure" in said
+    assert (
+        f"job {last}:   case of {shas[3][:7]} confirm" in said
+        and f"job {last}:   case of {shas[4][:7]} confirm" in said
+    )
 
 
 def test_measure_options_to_cli() -> None:
@@ -566,3 +681,77 @@ def test_a_document_that_fails_validation_is_a_rejected_run(db: Database, tmp_pa
         reason = conn.execute("SELECT reason FROM rejected_runs").fetchone()[0]
     assert "median_us" in reason
     assert get_job(db, report.job_id).status == "done"
+
+
+def test_the_harness_image_tag_is_a_hash_of_every_file_it_copies(tmp_path: Path) -> None:
+    """The Docker harness image used to be tagged with the timing files' hash alone: a change in any other
+    harness file (the correctness loop, storage's validation) kept the stale image, and Docker measured with
+    other code than the runner has. The tag now hashes every copied file and the base image."""
+    from ci.executors.docker import harness_files, harness_tag
+
+    root = tmp_path / "ci"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.py").write_text("y = 2\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"junk")
+    files = harness_files([root])
+    assert sorted(files) == ["solci/ci/a.py", "solci/ci/sub/b.py"]
+    tag = harness_tag(files, "sha256:base1")
+    assert harness_tag(harness_files([root]), "sha256:base1") == tag  # the same files: the same image
+    (root / "sub" / "b.py").write_text("y = 3\n")  # not a timing file: still a new image
+    changed = harness_files([root])
+    assert changed["solci/ci/sub/b.py"] == b"y = 3\n" and harness_tag(changed, "sha256:base1") != tag
+    assert harness_tag(files, "sha256:base2") != tag  # a rebuilt dependency image too
+
+
+def test_the_harness_entry_point_loads_no_runner(tmp_path: Path) -> None:
+    """`python -m ci.measure` (what runs inside the sandbox) imports ci.common for its argument helpers; that
+    must not load the runner, the judge, pandas or the executors (slower start, and more of the runner's code
+    within reach of the commit's process)."""
+    code = (
+        "import sys, ci.measure\n"
+        "heavy = sorted(m for m in ('ci.runner', 'ci.judge', 'ci.judging', 'ci.executors', 'pandas') "
+        "if m in sys.modules)\n"
+        "print(heavy)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+@pytest.mark.parametrize("forgery", ["no_suite", "suite_not_a_dict", "bad_run_id"])
+def test_a_forged_confirmation_document_is_a_rejected_run_not_a_runner_crash(
+    db: Database, tmp_path: Path, forgery: str
+) -> None:
+    """A commit measured in a confirmation run writes the document; it used to be read (``doc["suite"]``)
+    before validation, so a forged one raised in the runner (KeyError / SchemaError: the job an infrastructure
+    error, exit 4, and no verdict). Now it is validated first, stored as a rejected run, and the confirmation
+    stops there: the job finishes with a verdict."""
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
+    for sha in shas:
+        enqueue(db, str(repo.path), sha, branch="main")
+
+    class Forger(FakeExecutor):
+        def execute(self, source, commit, *, branch, repo, options):
+            ex = super().execute(source, commit, branch=branch, repo=repo, options=options)
+            if options.cases and commit == shas[4] and ex.doc is not None:  # a confirmation run of the culprit
+                doc = dict(ex.doc)
+                if forgery == "no_suite":
+                    del doc["suite"]
+                elif forgery == "suite_not_a_dict":
+                    doc["suite"] = "pass"
+                else:
+                    doc["run_id"] = "../../etc/passwd"
+                return Execution("ok", doc, ex.log, ex.wall_s)
+            return ex
+
+    plan = dict.fromkeys(shas, "pass") | {shas[4]: "slow"}
+    reports = Runner(db, RunnerConfig(worker="w"), executor=Forger(plan)).run(once=True)
+    last = reports[-1]
+    assert last.outcome != "error" and get_job(db, last.job_id).status == "done", last.log[-2000:]
+    assert "[solci] confirmation run of" in last.log and "rejected" in last.log
+    with db.read() as conn:
+        n = conn.execute("SELECT count(*) FROM rejected_runs WHERE job_id = ?", [last.job_id]).fetchone()[0]
+    assert n == 1

@@ -152,6 +152,31 @@ def read_result(text: str | bytes, where: str) -> tuple[dict | None, str]:
         return None, str(exc)
 
 
+def finish_measurement(
+    status: str, code: int | None, result: bytes | None, lines: list[str], timeout: float
+) -> tuple[str, dict | None]:
+    """What a finished ``solci measure`` comes to, for both executors: (status, parsed document or None).
+
+    ``status`` is how the process ended (ok: it exited by itself with ``code``; timed_out: killed at ``timeout``
+    seconds; error: it could not be run), ``result`` the document it wrote (None: none). An ok run without a
+    document, or with one that does not parse, is crashed. What happened is appended to ``lines`` (the log)."""
+    doc = None
+    if status == "ok":
+        if result is None:
+            status = "crashed"
+            lines.append(f"[solci] measure exited with {code} and wrote no result")
+        else:
+            doc, why = read_result(result, "result.json")
+            if doc is None:
+                status = "crashed"
+                lines.append(f"[solci] {why}")
+    if status == "timed_out":
+        lines.append(f"[solci] killed after {timeout:.0f} s (timeout)")
+    elif doc is not None and code:
+        lines.append(f"[solci] measure exit status {code}")
+    return status, doc
+
+
 def default_kind() -> str:
     kind = os.environ.get(EXECUTOR_ENV, "auto").strip().lower() or "auto"
     if kind not in EXECUTOR_KINDS:

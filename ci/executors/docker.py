@@ -2,11 +2,14 @@
 
 Images (built with the network off: the dependency image already holds every package):
 
-- ``solci-harness:<harness version>``: the dependency image (``solci-deps:*``, ``docker/``) plus this
-  installation's own harness packages (``ci``, ``kernel``, ``storage``) at ``/opt/solci``; built once per
-  harness version, from the runner's code, never from a commit's;
-- ``solci-run:<commit>``: the harness image plus the commit's tracked files (``git archive``) at
-  ``/candidate``, with a Dockerfile of the runner's (the commit's own Dockerfile is not used).
+- ``solci-harness:<tag>``: the dependency image (``solci-deps:*``, ``docker/``) plus this installation's own
+  harness packages (``ci``, ``kernel``, ``storage``) at ``/opt/solci``; the tag is a hash of exactly the files
+  it copies and of the base image (``harness_tag``), so any change of them builds a new one, and the runner's
+  code on disk is what Docker measures with, as the local executor does; from the runner's code, never from
+  a commit's;
+- ``solci-run:<commit>-<harness tag>``: the harness image plus the commit's tracked files (``git archive``)
+  at ``/candidate``, with a Dockerfile of the runner's (the commit's own Dockerfile is not used); built once
+  and reused by every later run of the commit on that harness (its confirmation runs too).
 
 Run: the harness's ``solci measure --candidate /candidate`` under ``timeout`` (so a container ends by itself even
 when no runner is left to stop it), as a non-root user (uid 10001), with a read-only root filesystem and a
@@ -24,11 +27,11 @@ and the speed-of-light quarantine are what stand against that (as for the local 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
 import socket
-import subprocess
 import tarfile
 import threading
 import time
@@ -38,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci.executors import Execution, MeasureOptions, Progress, clip_log, gpu_index, measure_command, read_result
-from ci.gitutil import GitError, git_env
+from ci.executors import Execution, MeasureOptions, Progress, clip_log, finish_measurement, gpu_index, measure_command
+from ci.gitutil import GitError, archive
 
 DEFAULT_BASE_IMAGE = "solci-deps:latest"
 BASE_IMAGE_ENV = "SOLCI_BASE_IMAGE_FOR_RUNS"
@@ -79,6 +82,45 @@ class ContainerRun:
     exit_code: int | None
     log: str
     fetched: bytes | None  # the file asked for, when the container wrote it
+
+
+_HARNESS_FILES: dict[tuple[str, ...], tuple[tuple, dict[str, bytes]]] = {}
+
+
+def harness_files(roots: list[Path] | None = None) -> dict[str, bytes]:
+    """What the harness image copies to HARNESS_DIR: every file of this installation's harness packages
+    (``ci.sandbox.harness_roots``: ``ci``, ``kernel``, ``storage``) but bytecode, as {name in the build
+    context: bytes}. Cached: the files are read again only when one was added, removed or changed (its size
+    or modification time)."""
+    from ci.sandbox import harness_roots
+
+    roots = list(roots or harness_roots())
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                st = path.stat()
+                found.append((f"solci/{root.name}/{path.relative_to(root)}", str(path), st.st_size, st.st_mtime_ns))
+    key = tuple(found)
+    cache = tuple(str(r) for r in roots)
+    hit = _HARNESS_FILES.get(cache)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    files = {name: Path(path).read_bytes() for name, path, *_ in found}
+    _HARNESS_FILES[cache] = (key, files)
+    return files
+
+
+def harness_tag(files: dict[str, bytes], base: str = "") -> str:
+    """The harness image's tag: a short hash of exactly what it holds, the files it copies (names and bytes;
+    ``harness_files``) and its base image (``base``: its id). Not ``ci.timing.harness_version``, which hashes
+    only the timing files (``Protocol.harness``): a change in any other copied file needs a new image too."""
+    h = hashlib.sha256(f"base {base}\n".encode())
+    for name in sorted(files):
+        data = files[name]
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()[:12]
 
 
 def _tar(files: dict[str, bytes]) -> bytes:
@@ -197,18 +239,14 @@ class DockerExecutor:
             return False
 
     def harness_image(self, lines: list[str]) -> str | None:
-        """``solci-harness:<version>``: the dependency image plus this installation's harness (built once)."""
-        from ci.sandbox import harness_roots
+        """``solci-harness:<tag>``: the dependency image plus this installation's harness, built when no image
+        of exactly these files on this base exists (``harness_tag``)."""
         from ci.timing import harness_version
 
-        tag = f"{HARNESS_REPO}:{harness_version()}"
+        files = dict(harness_files())
+        tag = f"{HARNESS_REPO}:{harness_tag(files, self._image_id(self.base_image))}"
         if self._image_exists(tag):
             return tag
-        files: dict[str, bytes] = {}
-        for root in harness_roots():
-            for path in sorted(root.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                    files[f"solci/{root.name}/{path.relative_to(root)}"] = path.read_bytes()
         files["Dockerfile.solci-harness"] = (
             "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nUSER 0\n"
             f"COPY solci {HARNESS_DIR}\n"
@@ -221,7 +259,7 @@ class DockerExecutor:
             _tar(files),
             tag,
             "Dockerfile.solci-harness",
-            {"solci.harness": harness_version()},
+            {"solci.harness": harness_version(), "solci.harness_tag": tag.split(":", 1)[1]},
             lines,
             {"BASE_IMAGE": self.base_image},
         )
@@ -230,20 +268,11 @@ class DockerExecutor:
     def build_context(self, source: Path, commit: str, harness: str) -> tuple[bytes, str]:
         """``git archive`` of the commit as a tar, with the runner's Dockerfile (under a name no commit uses):
         (context, dockerfile name)."""
-        tar = subprocess.run(
-            ["git", "archive", "--format=tar", "--prefix=candidate/", commit],
-            cwd=source,
-            env=git_env(),
-            capture_output=True,
-            check=False,
-            timeout=600,
-        )
-        if tar.returncode != 0:
-            raise GitError(f"git archive {commit}: {tar.stderr.decode(errors='replace').strip()}")
+        tree = archive(source, commit, prefix="candidate/")
         name = f"Dockerfile.solci-{uuid.uuid4().hex[:8]}"
         dockerfile = f"FROM {harness}\nCOPY --chown=0:0 candidate /candidate\n".encode()
         buf = io.BytesIO()
-        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as src, tarfile.open(fileobj=buf, mode="w") as dst:
+        with tarfile.open(fileobj=io.BytesIO(tree)) as src, tarfile.open(fileobj=buf, mode="w") as dst:
             for member in src.getmembers():
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
             info = tarfile.TarInfo(name)
@@ -251,12 +280,22 @@ class DockerExecutor:
             dst.addfile(info, io.BytesIO(dockerfile))
         return buf.getvalue(), name
 
+    @staticmethod
+    def run_tag(commit: str, harness: str) -> str:
+        """``solci-run:<commit>-<harness tag>``: one image per commit and harness image."""
+        return f"{IMAGE_REPO}:{commit}-{harness.rsplit(':', 1)[-1]}"
+
     def build(self, source: Path, commit: str, lines: list[str]) -> str | None:
-        """Build the commit's image; its tag, or None (the build log is in ``lines``)."""
+        """The commit's image: reused when one of this commit on this harness exists, else built (then the
+        oldest per-commit images beyond ``keep_images`` are pruned); its tag, or None (the build log is in
+        ``lines``)."""
         harness = self.harness_image(lines)
         if harness is None:
             return None
-        tag = f"{IMAGE_REPO}:{commit[:12]}"
+        tag = self.run_tag(commit, harness)
+        if self._image_exists(tag):
+            lines.append(f"[solci] reusing {tag} (built before from the commit's tree on {harness})")
+            return tag
         try:
             context, dockerfile = self.build_context(source, commit, harness)
         except GitError as exc:
@@ -293,6 +332,13 @@ class DockerExecutor:
             return True
         except Exception:
             return False
+
+    def _image_id(self, ref: str) -> str:
+        """The id of image ``ref`` (what a tag names now); ``ref`` itself when the engine cannot say."""
+        try:
+            return str(self.client.images.get(ref).id)
+        except Exception:
+            return ref
 
     # ---------------------------------------------------------------------------------------------- run
     def _device_requests(self) -> list[Any] | None:
@@ -348,20 +394,7 @@ class DockerExecutor:
             image, cmd, env=options.env, timeout=options.timeout, fetch=out, commit=commit, progress=options.progress
         )
         lines.append(run.log.rstrip())
-        status, doc = run.status, None
-        if status == "ok":
-            if run.fetched is None:
-                status = "crashed"
-                lines.append(f"[solci] measure exited with {run.exit_code} and wrote no result")
-            else:
-                doc, why = read_result(run.fetched, "result.json")
-                if doc is None:
-                    status = "crashed"
-                    lines.append(f"[solci] {why}")
-            if doc is not None and run.exit_code:
-                lines.append(f"[solci] measure exit status {run.exit_code}")
-        elif status == "timed_out":
-            lines.append(f"[solci] killed after {options.timeout:.0f} s (timeout)")
+        status, doc = finish_measurement(run.status, run.exit_code, run.fetched, lines, options.timeout)
         return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, run.exit_code, self.name)
 
     def run_in_image(

@@ -28,10 +28,11 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ci.executors import Execution, MeasureOptions, Progress, clip_log, gpu_index, measure_command, read_result
-from ci.gitutil import GitError, git_env
+from ci.executors import Execution, MeasureOptions, Progress, clip_log, finish_measurement, gpu_index, measure_command
+from ci.gitutil import GitError, archive
 
 _PR_SET_PDEATHSIG = 1
 
@@ -40,11 +41,26 @@ def default_work_root() -> Path:
     return Path(os.environ.get("SOLCI_WORK") or Path(tempfile.gettempdir()) / f"solci-work-{os.getuid()}")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _resolve_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up once in the runner (never between fork and exec); None where there is none."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _resolve_prctl()
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of the measurement: it runs in the child between fork and exec while the runner has
+    other threads (the lease's heartbeat), so it only calls the ``prctl`` resolved at import: no library loading,
+    no lock a parent's thread may hold."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _kill_group(pid: int) -> None:
@@ -54,18 +70,9 @@ def _kill_group(pid: int) -> None:
 
 def export_tree(source: Path, commit: str, dest: Path) -> None:
     """The commit's tracked files (``git archive``) unpacked into ``dest``; GitError when git cannot."""
-    proc = subprocess.run(
-        ["git", "archive", "--format=tar", commit],
-        cwd=source,
-        env=git_env(),
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise GitError(f"git archive {commit}: {proc.stderr.decode(errors='replace').strip()}")
+    data = archive(source, commit)
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tf:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
         tf.extractall(dest, filter="data")  # no links out of the tree, no device files, no set-uid bits
 
 
@@ -162,20 +169,8 @@ class LocalExecutor:
             )
             status, code, output = self._run(cmd, workdir, log_path, workdir, options)
             lines.append(output.rstrip())
-            doc = None
-            if status == "ok":
-                if out.exists():
-                    doc, why = read_result(out.read_bytes(), "result.json")
-                    if doc is None:
-                        status = "crashed"
-                        lines.append(f"[solci] {why}")
-                else:
-                    status = "crashed"
-                    lines.append(f"[solci] measure exited with {code} and wrote no result")
-            if status == "timed_out":
-                lines.append(f"[solci] killed after {options.timeout:.0f} s (timeout)")
-            elif doc is not None and code:
-                lines.append(f"[solci] measure exit status {code}")
+            result = out.read_bytes() if status == "ok" and out.exists() else None
+            status, doc = finish_measurement(status, code, result, lines, options.timeout)
             return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, code, self.name)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
