@@ -305,7 +305,8 @@ def claim_next(
     """Atomically move the oldest queued job (or, with ``job_id``, that job: what ``solci run`` needs) to
     running on ``gpu``, leased to ``owner`` (default: this process); None when there is none queued or the
     gpu already runs a job of a live owner (one running job per gpu slot). On a lake, only jobs of
-    ``gpu_model`` (default: this host's model) or of no model yet are taken."""
+    ``gpu_model`` (default: this host's model: ``$SOLCI_GPU_MODEL``, else the one it registered last) or of no
+    model yet are taken; with no model known at all it raises StorageError (a job is measured once per model)."""
     if _is_lake(db):
         from storage import lake_queue
 

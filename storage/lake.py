@@ -94,6 +94,8 @@ _UNREACHABLE_PATTERNS = (
     "could not send data to server",
     "failed to attach ducklake metadata",
 )
+CONNECTION_LOST_STATES = ("57P01", "57P02", "57P03")  # admin_shutdown, crash_shutdown, cannot_connect_now
+LOCK_WAIT_STATES = ("55P03", "57014")  # lock_not_available, query_canceled
 
 
 def redact(text: str) -> str:
@@ -102,15 +104,40 @@ def redact(text: str) -> str:
     return re.sub(r"(postgres(?:ql)?://[^:/@\s]+:)[^@\s]+@", r"\1***@", text)
 
 
-def is_unreachable(exc: BaseException) -> bool:
-    """A DuckDB or psycopg error that says the catalog's server cannot be reached."""
+def _psycopg_error(exc: BaseException) -> bool:
     try:
         import psycopg
-
-        if isinstance(exc, psycopg.OperationalError):
-            return True
     except ImportError:  # pragma: no cover - psycopg is a dependency
-        pass
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+def pg_connection_lost(exc: BaseException) -> bool:
+    """A psycopg error that says the session to the server is gone or cannot be had: no SQLSTATE (raised by the
+    client: connect failed, connection closed or broken) on an OperationalError, class 08 (connection
+    exception) or 57P01-57P03 (the server shuts down or starts). Not a lock wait, a deadlock or a serialization
+    failure: those are OperationalErrors of a live session too."""
+    if not _psycopg_error(exc):
+        return False
+    import psycopg
+
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in CONNECTION_LOST_STATES
+
+
+def is_lock_wait(exc: BaseException) -> bool:
+    """A psycopg error that says a statement gave up waiting (lock_timeout 55P03, statement_timeout or a cancel
+    57014): the session is fine, the catalog is busy."""
+    return _psycopg_error(exc) and getattr(exc, "sqlstate", None) in LOCK_WAIT_STATES
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A DuckDB or psycopg error that says the catalog's server cannot be reached (psycopg's by SQLSTATE,
+    ``pg_connection_lost``; DuckDB's by message)."""
+    if _psycopg_error(exc):
+        return pg_connection_lost(exc)
     text = str(exc).lower()
     return any(p in text for p in _UNREACHABLE_PATTERNS)
 
@@ -183,17 +210,30 @@ QUEUE_VIEWS = (
 )
 
 
-def _attached(conn: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+class _Instance:
+    """A DuckDB instance with the lake attached, and whether the queue is attached to it too (readers)."""
+
+    __slots__ = ("checked_at", "conn", "queue")
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, queue: bool) -> None:
+        self.conn = conn
+        self.queue = queue  # readers: the queue's tables are attached (a cursor makes QUEUE_VIEWS)
+        self.checked_at = time.monotonic()  # when PostgreSQL was last asked whether a queue exists
 
 
 # One DuckDB instance per (spec, data path, mode) for this process; one psycopg session per thread and spec.
-_INSTANCES: dict[tuple, duckdb.DuckDBPyConnection] = {}
+_INSTANCES: dict[tuple, _Instance] = {}
 _INSTANCES_GUARD = threading.Lock()
 _THREAD = threading.local()
-_QUEUE_READY: set[str] = set()
+_QUEUE_READY: set[str] = set()  # specs whose queue DDL this process applied
+_QUEUE_SEEN: set[str] = set()  # specs whose queue tables are known to exist (they are never dropped)
+_CATALOG_SEEN: set[str] = set()  # specs whose DuckLake catalog tables are known to exist
+_QUEUE_RECHECK_S = 5.0  # a reader's instance without a queue asks PostgreSQL again at most this often
 _PING_AFTER_S = 1.0  # a PostgreSQL session idle longer than this is checked before use
 _SCHEMA_READY: set[str] = set()
+# The dashboard's cache key once the catalog's and the queue's tables exist: one statement (change_token)
+_TOKEN_SQL = """SELECT (SELECT max(snapshot_id) FROM ducklake_snapshot), count(*), max(id), sum(attempts),
+    count(*) FILTER (WHERE status = 'running'), count(run_id), max(started_at), max(finished_at) FROM solci.jobs"""
 
 
 class LakeDatabase(Database):
@@ -247,12 +287,45 @@ class LakeDatabase(Database):
             "keeps its finished results in its spool and uploads them when the catalog is back."
         )
 
+    def locked(self, exc: BaseException) -> DatabaseLockedError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        return DatabaseLockedError(
+            f"{self.describe()}: a statement on the lake's catalog (PostgreSQL) gave up waiting: "
+            f"{redact(first)[:300]}. Nothing of it was stored. Another session held what it needed (look for a "
+            "stuck process in pg_locks / pg_stat_activity, or a lock_timeout / statement_timeout set on the role "
+            "or database); try again."
+        )
+
+    def _pg_error(self, exc: BaseException) -> BaseException:
+        """A psycopg error as solci reports it: a lost session is CatalogUnreachableError (the cached instances
+        are dropped, so the next call reconnects), a lock wait DatabaseLockedError, anything else itself."""
+        if pg_connection_lost(exc):
+            self._drop_instances()
+            return self.unreachable(exc)
+        if is_lock_wait(exc):
+            return self.locked(exc)
+        return exc
+
+    @contextmanager
+    def _pg_errors(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            translated = self._pg_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
     def _translate(self, exc: BaseException, read_only: bool | None = None) -> BaseException:
         if isinstance(exc, StorageError):
             return exc
         if is_unreachable(exc):
             self._drop_instances()
             return self.unreachable(exc)
+        if is_lock_wait(exc):
+            return self.locked(exc)
         if is_disk_full(exc):
             import errno
 
@@ -304,33 +377,25 @@ class LakeDatabase(Database):
 
     @contextmanager
     def pg(self) -> Iterator[Any]:
-        """A psycopg connection inside a PostgreSQL transaction (the queue's tables exist); commits on exit."""
-        import psycopg
-
+        """A psycopg connection inside a PostgreSQL transaction (the queue's tables exist); commits on exit. A lost
+        session raises CatalogUnreachableError, a lock wait DatabaseLockedError (rolled back either way)."""
         from storage import schema
 
         conn = self._pg_session()
-        try:
+        with self._pg_errors():
             if self._key not in _QUEUE_READY:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, QUEUE_DDL_LOCK))
                     conn.execute(schema.QUEUE_DDL)
                 _QUEUE_READY.add(self._key)
+                _QUEUE_SEEN.add(self._key)
             with conn.transaction():
                 yield conn
-        except psycopg.OperationalError as exc:
-            self._drop_instances()
-            raise self.unreachable(exc) from exc
 
     def catalog_exists(self) -> bool:
         """Whether the PostgreSQL database holds a DuckLake catalog yet."""
-        import psycopg
-
-        try:
+        with self._pg_errors():
             row = self._pg_session().execute("SELECT to_regclass('ducklake_metadata') IS NOT NULL").fetchone()
-        except psycopg.OperationalError as exc:
-            self._drop_instances()
-            raise self.unreachable(exc) from exc
         return bool(row and row[0])
 
     @contextmanager
@@ -349,18 +414,25 @@ class LakeDatabase(Database):
                 depth[self._key] -= 1
             return
         conn = self._pg_session()
+        timeout_ms = str(max(1, int(self.lock_timeout * 1000)))
         try:  # PostgreSQL queues the waiters and wakes the next one the moment the lock is free
-            conn.execute(f"SET lock_timeout = {max(1, int(self.lock_timeout * 1000))}")
-            conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, WRITE_LOCK))
-        except psycopg.errors.LockNotAvailable:
-            raise DatabaseLockedError(
-                f"{self.describe()}: another writer held the lake's write lock for {self.lock_timeout:.1f} s "
-                "(a runner's transaction takes well under a second: look for a stuck process in pg_locks / "
-                "pg_stat_activity), or raise $SOLCI_LOCK_TIMEOUT."
-            ) from None
-        except psycopg.OperationalError as exc:
-            self._drop_instances()
-            raise self.unreachable(exc) from exc
+            # One statement: set_config(..., is_local => true) holds for its implicit transaction only, so the
+            # wait is bounded and the session's later statements (the queue's) never inherit the timeout.
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, true), pg_advisory_lock(%s, %s)",
+                (timeout_ms, LOCK_NAMESPACE, WRITE_LOCK),
+            )
+        except psycopg.Error as exc:
+            if is_lock_wait(exc):
+                raise DatabaseLockedError(
+                    f"{self.describe()}: another writer held the lake's write lock for {self.lock_timeout:.1f} s "
+                    "(a runner's transaction takes well under a second: look for a stuck process in pg_locks / "
+                    "pg_stat_activity), or raise $SOLCI_LOCK_TIMEOUT."
+                ) from None
+            translated = self._pg_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
         depth[self._key] = 1
         try:
             yield
@@ -372,11 +444,11 @@ class LakeDatabase(Database):
                 self._drop_instances()
 
     # ------------------------------------------------------------------------------------------ duckdb
-    def _instance(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _instance(self, *, read_only: bool) -> _Instance:
         key = (self._key, self.data_path, read_only)
         with _INSTANCES_GUARD:
             inst = _INSTANCES.get(key)
-        if inst is not None and read_only and QUEUE_ALIAS not in _attached(inst) and self._queue_exists():
+        if inst is not None and read_only and not inst.queue and self._queue_appeared(inst):
             inst = None  # made before the queue existed: attach again, with it
         if inst is not None:
             return inst
@@ -388,7 +460,18 @@ class LakeDatabase(Database):
             _INSTANCES[key] = inst
             return inst
 
-    def _attach(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _queue_appeared(self, inst: _Instance) -> bool:
+        """Whether a queue exists now for a reader's instance made without one: known in this process (made,
+        used, or seen by change_token) at once, else PostgreSQL is asked at most every _QUEUE_RECHECK_S."""
+        if self._key in _QUEUE_SEEN:
+            return True
+        now = time.monotonic()
+        if now - inst.checked_at < _QUEUE_RECHECK_S:
+            return False
+        inst.checked_at = now
+        return self._queue_exists()
+
+    def _attach(self, *, read_only: bool) -> _Instance:
         config = {
             "allow_unsigned_extensions": "true",  # the packaged extension files are not signed for LOAD by path
             "autoinstall_known_extensions": "false",
@@ -406,19 +489,25 @@ class LakeDatabase(Database):
         spec = "ducklake:postgres:" + self.conninfo
         conn.execute(f"ATTACH {_literal(spec)} AS {ALIAS}" + (f" ({', '.join(options)})" if options else ""))
         conn.execute(f"USE {ALIAS}")
+        queue = False
         if read_only:
-            if self._queue_exists():  # readers see the live queue as `jobs` / `watch_state` (QUEUE_VIEWS)
+            queue = self._key in _QUEUE_SEEN or self._queue_exists()
+            if queue:  # readers see the live queue as `jobs` / `watch_state` (QUEUE_VIEWS)
                 conn.execute(f"ATTACH {_literal(self.conninfo)} AS {QUEUE_ALIAS} (TYPE postgres, READ_ONLY)")
             data = self.data_path or self._stored_data_path(conn)
             if data:
                 conn.execute(f"SET allowed_directories = [{_literal(data)}]")
             for name, value in READ_ONLY_CONFIG.items():
                 conn.execute(f"SET {name} = {value}")
-        return conn
+        return _Instance(conn, queue)
 
     def _queue_exists(self) -> bool:
-        row = self._pg_session().execute("SELECT to_regclass('solci.jobs') IS NOT NULL").fetchone()
-        return bool(row and row[0])
+        with self._pg_errors():
+            row = self._pg_session().execute("SELECT to_regclass('solci.jobs') IS NOT NULL").fetchone()
+        if row and row[0]:
+            _QUEUE_SEEN.add(self._key)
+            return True
+        return False
 
     @staticmethod
     def _stored_data_path(conn: duckdb.DuckDBPyConnection) -> str | None:
@@ -433,9 +522,9 @@ class LakeDatabase(Database):
     def _cursor(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
         try:
             inst = self._instance(read_only=read_only)
-            cur = inst.cursor()
+            cur = inst.conn.cursor()
             cur.execute(f"USE {ALIAS}")
-            if read_only and QUEUE_ALIAS in _attached(inst):
+            if inst.queue:
                 for view in QUEUE_VIEWS:
                     cur.execute(view)
         except duckdb.Error as exc:
@@ -459,7 +548,7 @@ class LakeDatabase(Database):
         if existing is not None:
             yield existing
             return
-        if not self.catalog_exists() and not self.data_path:
+        if self._key not in _SCHEMA_READY and not self.data_path and not self.catalog_exists():
             raise StorageError(
                 f"{self.describe()}: no lake there yet, and creating one needs its data folder: pass --data-path DIR "
                 f"or set ${DATA_PATH_ENV} (a folder every machine sees at the same path)."
@@ -542,15 +631,29 @@ class LakeDatabase(Database):
     def change_token(self) -> tuple:
         """Changes whenever the history changes (the dashboard's cache key): the lake's newest snapshot id (every
         commit of any writer makes one) and the queue's state in PostgreSQL (jobs queued, claimed, finished or
-        requeued; heartbeats left out). One round trip to the catalog; nothing through DuckDB."""
+        requeued; heartbeats left out). Nothing through DuckDB; one statement to the catalog once both its and
+        the queue's tables are known to exist (until then, a look for them first)."""
         import psycopg
 
-        try:
+        key = self._key
+        with self._pg_errors():
             pg = self._pg_session()
+            if key in _CATALOG_SEEN and key in _QUEUE_SEEN:
+                try:
+                    row = pg.execute(_TOKEN_SQL).fetchone()
+                    return (row[0], tuple(row[1:]))
+                except psycopg.errors.UndefinedTable:  # the database was made again meanwhile: look again
+                    _CATALOG_SEEN.discard(key)
+                    _QUEUE_SEEN.discard(key)
             has_lake, has_queue = pg.execute(
                 "SELECT to_regclass('ducklake_snapshot') IS NOT NULL, to_regclass('solci.jobs') IS NOT NULL"
             ).fetchone()
-            snapshot = pg.execute("SELECT max(snapshot_id) FROM ducklake_snapshot").fetchone() if has_lake else None
+            if has_lake and has_queue:
+                _CATALOG_SEEN.add(key)
+                _QUEUE_SEEN.add(key)
+                row = pg.execute(_TOKEN_SQL).fetchone()
+                return (row[0], tuple(row[1:]))
+            snapshot = pg.execute("SELECT max(snapshot_id) FROM ducklake_snapshot").fetchone()[0] if has_lake else None
             queue = (
                 pg.execute(
                     """SELECT count(*), max(id), sum(attempts), count(*) FILTER (WHERE status = 'running'),
@@ -559,9 +662,6 @@ class LakeDatabase(Database):
                 if has_queue
                 else None
             )
-        except psycopg.OperationalError as exc:
-            self._drop_instances()
-            raise self.unreachable(exc) from exc
         return (snapshot, queue)
 
 

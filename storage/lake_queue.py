@@ -9,7 +9,9 @@ Tables (schema ``solci``, created on first use under an advisory lock):
 
 - ``solci.jobs``: the columns of the file's ``jobs`` table (``id`` a BIGSERIAL). A job is (repo, commit,
   gpu_model): every host of that model may take it, exactly one does.
-- ``solci.gpu_models``: (gpu_model, host, first_seen, last_seen): every claim registers its runner's model.
+- ``solci.gpu_models``: (gpu_model, host, first_seen, last_seen): every claim registers its runner's model (a
+  claim needs one: the caller's, else ``$SOLCI_GPU_MODEL``, else the host's last registered one; with none known
+  it raises StorageError and changes nothing, since a job taken without a model would count for every model).
 - ``solci.watch_state``: what ``solci watch`` saw last, per (repo, branch).
 
 Per-model jobs: ``enqueue`` creates one job per GPU model a runner has registered (a model seen within
@@ -29,6 +31,7 @@ from typing import Any
 from storage.db import StorageError
 from storage.jobs import (
     _ACTIVE,
+    GPU_MODEL_ENV,
     JOB_FIELDS,
     Job,
     _stale_ids,
@@ -55,17 +58,15 @@ def _note(now: datetime, text: str) -> str:
 
 
 def _host_model(pg: Any) -> str | None:
-    """This host's model: $SOLCI_GPU_MODEL, else what its runners registered last, else detected."""
-    import os
-
-    from storage.jobs import GPU_MODEL_ENV
-
-    if os.environ.get(GPU_MODEL_ENV):
-        return os.environ[GPU_MODEL_ENV]
+    """This host's model: $SOLCI_GPU_MODEL (``local_gpu_model``), else what its runners registered last; None
+    when neither says."""
+    model = local_gpu_model()
+    if model:
+        return model
     row = pg.execute(
         "SELECT gpu_model FROM solci.gpu_models WHERE host = %s ORDER BY last_seen DESC LIMIT 1", (this_host(),)
     ).fetchone()
-    return row[0] if row else local_gpu_model()
+    return row[0] if row else None
 
 
 def registered_models(db: Any) -> list[tuple[str, str, datetime, datetime]]:
@@ -151,6 +152,11 @@ def claim_next(
     host = this_host()
     with db.pg() as pg:
         model = gpu_model or _host_model(pg)
+        if not model:  # a job is measured once per model: a runner must say which model it measures on
+            raise StorageError(
+                f"{db.describe()}: this host's GPU model is unknown, so it cannot take a job from the lake's queue "
+                f"(each job is for one GPU model): pass the runner's model or set ${GPU_MODEL_ENV} (e.g. H200)"
+            )
         # claims of one (host, slot) go one at a time, so two runners of one slot never both pass the busy check
         pg.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"slot:{host}:{gpu}",))
         now = _pg_now(pg)
@@ -190,10 +196,27 @@ def claim_next(
             ).fetchone()
         )
     if job is not None and job.run_id is None and job.attempts > 1:
-        job.run_id = _stored_run_of(db, job.id)  # an earlier attempt stored its run, then its runner died
+        # An earlier attempt may have stored its run, then its runner died. The claim is committed: should storage
+        # fail here, the caller still gets the job (else it would stay running under this live owner, its slot
+        # busy, until the lease ran out). Without the run it is measured again: ingest is idempotent by run_id.
+        try:
+            job.run_id = _stored_run_of(db, job.id)
+        except _lookup_errors():  # the catalog or the data folder failed us: measure it again
+            job.run_id = None
         if job.run_id:
-            link_run(db, job.id, job.run_id)
+            try:
+                link_run(db, job.id, job.run_id)
+            except _lookup_errors():  # the runner judges the stored run; finish() records the run_id with the outcome
+                pass
     return job
+
+
+def _lookup_errors() -> tuple[type[BaseException], ...]:
+    """What looking up an earlier attempt's run may raise once a claim committed: storage failures, not bugs."""
+    import duckdb
+    import psycopg
+
+    return (StorageError, OSError, duckdb.Error, psycopg.Error)
 
 
 def _stored_run_of(db: Any, job_id: int) -> str | None:

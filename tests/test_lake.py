@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +22,13 @@ from factories import BASE_TIME, make_result
 from test_lake_pg import PROJECT, Lake, new_lake, pg  # noqa: F401  (pg: the session's PostgreSQL fixture)
 
 from storage import jobs, lake_queue, queries, schema
-from storage.db import CatalogUnreachableError, Database, HistoryMissingError, StorageError
+from storage.db import (
+    CatalogUnreachableError,
+    Database,
+    DatabaseLockedError,
+    HistoryMissingError,
+    StorageError,
+)
 from storage.ingest import ingest_result
 from storage.lake import LakeDatabase, compact, redact
 
@@ -401,3 +408,291 @@ def test_the_dashboards_cache_key_follows_runs_and_the_queue_not_the_clock(lake:
     assert data.db_token(lake.spec) == seen[-1]
     jobs.finish(db, job_id, status="done", outcome="passed", log="ok")
     changed()
+
+
+def test_a_claim_without_a_gpu_model_says_so_and_changes_nothing(lake: Lake, monkeypatch) -> None:
+    """No model given, none in $SOLCI_GPU_MODEL, none registered by this host: a clear StorageError (not a
+    NotNullViolation from registering a NULL model), nothing registered, the job left queued for a runner that
+    knows its model. A host that registered a model claims with it; $SOLCI_GPU_MODEL comes first."""
+    monkeypatch.delenv("SOLCI_GPU_MODEL", raising=False)
+    monkeypatch.setenv("SOLCI_HOSTNAME", "unknown-host")
+    db = lake.db()
+    job_id, _ = jobs.enqueue(db, "repo", "c1")
+    with pytest.raises(StorageError, match="GPU model is unknown") as info:
+        jobs.claim_next(db, "w", "gpu0")
+    assert "SOLCI_GPU_MODEL" in str(info.value)
+    assert lake_queue.registered_models(db) == []
+    assert jobs.get_job(db, job_id).status == "queued"
+
+    monkeypatch.setenv("SOLCI_HOSTNAME", "h200-a")
+    assert jobs.claim_next(db, "w", "gpu1", gpu_model="H200", job_id=-1) is None  # registers H200 on h200-a
+    job = jobs.claim_next(db, "w", "gpu0")  # no model given: the host's registered one
+    assert job is not None and job.id == job_id and job.gpu_model == "H200"
+    b200 = jobs.enqueue(db, "repo", "c2", gpu_model="B200")[0]
+    monkeypatch.setenv("SOLCI_GPU_MODEL", "B200")
+    job = jobs.claim_next(db, "w", "gpu2")
+    assert job is not None and job.id == b200  # $SOLCI_GPU_MODEL before the registered model
+
+
+# ------------------------------------------------------------------------------------------------ catalog errors
+def _holding_row_lock(pg, dbname: str, job_id: int, release: threading.Event) -> threading.Thread:  # noqa: F811
+    """Another session that locks a job's row (FOR UPDATE) until ``release`` is set."""
+    import psycopg
+
+    held = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(pg.conninfo(dbname)) as other:
+            other.execute("SELECT id FROM solci.jobs WHERE id = %s FOR UPDATE", (job_id,))
+            held.set()
+            release.wait(30)
+            other.rollback()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert held.wait(30)
+    return thread
+
+
+def _failed_job(db) -> int:
+    job_id = jobs.enqueue(db, "repo", "c1", gpu_model="H200")[0]
+    jobs.claim_next(db, "w", "gpu0", gpu_model="H200", owner="w:1:1")
+    jobs.finish(db, job_id, status="failed", outcome="infra_error", log="x")
+    return job_id
+
+
+def test_the_write_locks_timeout_stays_with_the_write_lock(lake: Lake, pg, monkeypatch) -> None:  # noqa: F811
+    """The write lock waits lock_timeout and then says the lake is locked; the queue's statements on the same
+    session (a FOR UPDATE behind another session's row lock) do not inherit that timeout: they wait."""
+    import psycopg
+
+    from storage.lake import LOCK_NAMESPACE, WRITE_LOCK
+
+    db = lake.db(lock_timeout=0.3)
+    ingest_result(db, docs(1)[0])
+    session = db._pg_session()
+    assert session.execute("SHOW lock_timeout").fetchone()[0] == "0"  # nothing left on the session
+    with psycopg.connect(pg.conninfo(lake.dbname), autocommit=True) as writer:
+        writer.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, WRITE_LOCK))
+        started = time.monotonic()
+        with pytest.raises(DatabaseLockedError, match="write lock"), db.write():
+            pass
+        assert 0.2 < time.monotonic() - started < 10
+    assert db._pg_session() is session  # a lock wait keeps the session (and the instances)
+    assert session.execute("SHOW lock_timeout").fetchone()[0] == "0"
+
+    job_id = _failed_job(db)
+    release = threading.Event()
+    holder = _holding_row_lock(pg, lake.dbname, job_id, release)
+    threading.Timer(1.0, release.set).start()
+    started = time.monotonic()
+    assert jobs.requeue_for_judging(db, job_id, None, "judge it again")  # waited for the row, then queued it
+    assert time.monotonic() - started >= 0.8
+    holder.join(30)
+    assert jobs.get_job(db, job_id).status == "queued"
+
+
+@pytest.mark.parametrize("how", ["lock_timeout", "cancel"])
+def test_a_lock_wait_on_the_queue_is_a_lock_error_not_an_unreachable_catalog(
+    lake: Lake,
+    pg,  # noqa: F811
+    monkeypatch,
+    how: str,
+) -> None:
+    """A queue statement that gives up waiting (55P03 lock_timeout, 57014 canceled) raises DatabaseLockedError
+    and keeps the session; it is not reported as an unreachable catalog and nothing is dropped."""
+    import psycopg
+
+    import storage.lake as backend
+
+    monkeypatch.setattr(backend, "_PING_AFTER_S", 1e9)
+    db = lake.db()
+    ingest_result(db, docs(1)[0])
+    job_id = _failed_job(db)
+    session = db._pg_session()
+    instances = {k for k in backend._INSTANCES if k[0] == db._key}
+    assert instances
+    release = threading.Event()
+    holder = _holding_row_lock(pg, lake.dbname, job_id, release)
+    try:
+        if how == "lock_timeout":  # e.g. set on the role by an administrator
+            session.execute("SET lock_timeout = '200ms'")
+        else:
+            pid = session.info.backend_pid
+
+            def cancel() -> None:
+                with psycopg.connect(pg.conninfo(lake.dbname), autocommit=True) as admin:
+                    wait_until = time.monotonic() + 30
+                    while time.monotonic() < wait_until:
+                        row = admin.execute(
+                            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+                        ).fetchone()
+                        if row and row[0] == "Lock":
+                            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                            return
+                        time.sleep(0.02)
+
+            threading.Thread(target=cancel, daemon=True).start()
+        with pytest.raises(DatabaseLockedError, match="gave up waiting") as info:
+            jobs.requeue_for_judging(db, job_id, None, "judge it again")
+        assert not isinstance(info.value, CatalogUnreachableError)
+    finally:
+        release.set()
+        holder.join(30)
+    assert db._pg_session() is session
+    assert {k for k in backend._INSTANCES if k[0] == db._key} == instances
+    session.execute("RESET lock_timeout")
+    assert jobs.requeue_for_judging(db, job_id, None, "judge it again")  # the same session, now free
+
+
+def test_a_lost_session_is_an_unreachable_catalog_and_the_next_call_reconnects(
+    lake: Lake,
+    pg,  # noqa: F811
+    monkeypatch,
+) -> None:
+    import psycopg
+
+    import storage.lake as backend
+
+    monkeypatch.setattr(backend, "_PING_AFTER_S", 1e9)  # no check before use: the next statement finds it gone
+    db = lake.db()
+    job_id = jobs.enqueue(db, "repo", "c1", gpu_model="H200")[0]
+    session = db._pg_session()
+    with psycopg.connect(pg.conninfo(lake.dbname), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (session.info.backend_pid,))
+    with pytest.raises(CatalogUnreachableError, match="unreachable"):
+        jobs.get_job(db, job_id)
+    assert jobs.get_job(db, job_id).status == "queued"
+    assert db._pg_session() is not session
+
+
+def test_psycopg_errors_are_classified_by_sqlstate(lake: Lake) -> None:
+    """Connection lost (no SQLSTATE, class 08, 57P01-57P03): unreachable; lock waits (55P03, 57014): locked; the
+    other OperationalErrors of a live session (deadlock, serialization failure) and the rest: themselves."""
+    import psycopg
+    from psycopg import errors
+
+    from storage.lake import is_lock_wait, is_unreachable, pg_connection_lost
+
+    db = lake.db()
+    lost = [
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+        errors.ConnectionFailure("x"),
+        errors.SqlclientUnableToEstablishSqlconnection("x"),
+        errors.AdminShutdown("x"),
+        errors.CrashShutdown("x"),
+        errors.CannotConnectNow("x"),
+    ]
+    for exc in lost:
+        assert pg_connection_lost(exc) and is_unreachable(exc) and not is_lock_wait(exc), exc
+        assert isinstance(db._pg_error(exc), CatalogUnreachableError)
+    for exc in (errors.LockNotAvailable("x"), errors.QueryCanceled("x")):
+        assert is_lock_wait(exc) and not is_unreachable(exc), exc
+        assert type(db._pg_error(exc)) is DatabaseLockedError
+    for exc in (
+        errors.DeadlockDetected("x"),
+        errors.SerializationFailure("x"),
+        errors.DiskFull("x"),
+        errors.NotNullViolation("x"),
+        psycopg.ProgrammingError("x"),
+    ):
+        assert not is_unreachable(exc) and not is_lock_wait(exc), exc
+        assert db._pg_error(exc) is exc
+
+
+# ------------------------------------------------------------------------------------------------ claims
+def test_a_failure_after_a_committed_claim_still_hands_over_the_job(lake: Lake, monkeypatch) -> None:
+    """Looking up an earlier attempt's stored run (DuckDB) or linking it (PostgreSQL) fails after the claim
+    committed: the caller still gets the job (measured again without the run; with it when only the link
+    failed), so it is not left running under a live owner with its slot busy until the lease runs out."""
+    db = lake.db()
+    job_id = _failed_job(db)
+    assert jobs.requeue_for_judging(db, job_id, None, "again")
+
+    def unreachable(*_a, **_k):
+        raise CatalogUnreachableError("the catalog went away")
+
+    monkeypatch.setattr(lake_queue, "_stored_run_of", unreachable)
+    job = jobs.claim_next(db, "w", "gpu0", gpu_model="H200", owner="w:1:1")
+    assert job is not None and job.id == job_id and job.attempts == 2 and job.run_id is None
+    assert jobs.slot_owner(db, "gpu0") is None or jobs.slot_owner(db, "gpu0").id == job_id
+    assert jobs.get_job(db, job_id).status == "running"
+
+    jobs.finish(db, job_id, status="failed", outcome="infra_error", log="x")
+    assert jobs.requeue_for_judging(db, job_id, None, "again")
+    monkeypatch.setattr(lake_queue, "_stored_run_of", lambda _db, _id: "r0")
+    monkeypatch.setattr(lake_queue, "link_run", unreachable)
+    job = jobs.claim_next(db, "w", "gpu0", gpu_model="H200", owner="w:1:1")
+    assert job is not None and job.id == job_id and job.run_id == "r0"  # judged, not measured again
+
+
+# ------------------------------------------------------------------------------------------------ hot path
+@pytest.fixture
+def pg_statements(monkeypatch) -> list[str]:
+    """Every statement sent through a psycopg connection of this process (from now on)."""
+    import psycopg
+
+    import storage.lake as backend
+
+    monkeypatch.setattr(backend, "_PING_AFTER_S", 1e9)  # no idle checks in the counts
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    return sent
+
+
+def test_reads_writes_and_the_cache_key_skip_needless_round_trips(lake: Lake, pg_statements: list[str]) -> None:
+    """Once the schema is ready a write sends only the lock and the unlock; reads of a lake without a queue send
+    nothing to PostgreSQL; change_token is one statement once the lake's and the queue's tables exist."""
+    db = lake.db()
+    ingest_result(db, docs(1)[0])
+    reader = lake.db(create=False)
+    queries.runs(reader)
+
+    pg_statements.clear()
+    for _ in range(3):
+        with db.write():
+            pass
+    assert len(pg_statements) == 6, pg_statements  # lock + unlock each (no catalog check, no SET)
+    assert not any("lock_timeout" in s and s.lstrip().upper().startswith("SET") for s in pg_statements)
+
+    pg_statements.clear()
+    for _ in range(20):
+        with reader.read() as conn:
+            assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    assert pg_statements == []  # no queue: not looked for on every read
+
+    before = reader.change_token()
+    jobs.enqueue(db, "repo", "c1", gpu_model="H200")  # the queue appears
+    assert reader.change_token() != before
+    assert len(queries.job_queue(reader)[0]) == 1  # seen at once: the cache key saw the queue
+    pg_statements.clear()
+    tokens = {reader.change_token() for _ in range(5)}
+    assert len(tokens) == 1 and len(pg_statements) == 5, pg_statements
+    ingest_result(db, docs(2, prefix="t")[1])
+    assert reader.change_token() not in tokens
+
+
+def test_a_reader_finds_a_queue_another_process_made(lake: Lake, pg, monkeypatch) -> None:  # noqa: F811
+    """A reader made before the queue existed sees it after a few seconds at most (another process made it)."""
+    import psycopg
+
+    import storage.lake as backend
+
+    db = lake.db()
+    ingest_result(db, docs(1)[0])
+    reader = lake.db(create=False)
+    assert queries.job_queue(reader)[0].empty
+    with psycopg.connect(pg.conninfo(lake.dbname), autocommit=True) as other:  # another process's first enqueue
+        other.execute(schema.QUEUE_DDL)
+        other.execute(
+            """INSERT INTO solci.jobs (repo, "commit", "trigger", status, attempts, enqueued_at)
+               VALUES ('repo', 'c1', 'manual', 'queued', 0, now())"""
+        )
+    monkeypatch.setattr(backend, "_QUEUE_RECHECK_S", 0.0)
+    assert len(queries.job_queue(reader)[0]) == 1
