@@ -4,6 +4,11 @@ Every figure is about ONE hardware label: its title and latency axis name it, an
 label (column ``hardware``) is refused with ValueError. The one figure that shows other hardware, the
 leaderboard comparison, compares only SOL scores (% of SOL), never microseconds.
 
+Only passing runs (column ``passing``: every case passed, not quarantined; storage.queries defines it) are drawn
+as figures; the others are marked (failed, or quarantined: faster than the speed of light, not believed).
+Stored strings are plain text in the frames and escaped (``fmt.html``) where a figure shows them: run labels as
+x values, titles and axis titles in ``_layout``.
+
 Series run over commits in time order: the x axis is categorical, one tick per run, labelled with the short
 commit (a commit measured twice gets a "#2" suffix), so the frames must come oldest first.
 """
@@ -37,6 +42,12 @@ FLAG_STYLE: dict[str, tuple[str, str, str]] = {  # kind -> (marker symbol, colou
     "incorrect": ("x", "#8b0000", "incorrect"),
     "error": ("x-open", "#9467bd", "error / timeout"),
 }
+# a run that did not pass: (marker symbol, colour, legend name), on the suite chart and on the case charts
+RUN_MARK_STYLE: dict[str, tuple[str, str, str]] = {
+    "failed": ("x", "#8b0000", "run failed (no suite figure)"),
+    "failed_case": ("x-thin-open", "#8b0000", "run failed (no figure)"),
+    "quarantined": ("hexagram-open", "#e377c2", "run quarantined (not believed)"),
+}
 STATUS_COLORS = {"pass": "#1f77b4", "incorrect": "#d62728", "error": "#9467bd", "timeout": "#9467bd"}
 US = "µs"
 # plotly_white's look in the few keys these charts use (the full template is 7 kB in every figure sent)
@@ -65,26 +76,51 @@ def check_one_hardware(df: pd.DataFrame | None, hardware: str) -> None:
 
 
 def run_labels(df: pd.DataFrame) -> dict[str, str]:
-    """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order."""
+    """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order; plain text (the charts
+    escape it as they draw it)."""
     out: dict[str, str] = {}
     seen: dict[str, int] = {}
     for run_id, commit in zip(df["run_id"], df["commit"], strict=True):
         if run_id in out:
             continue
-        base = html(str(commit)[:8] if isinstance(commit, str) and commit else str(run_id)[:8])
+        base = str(commit)[:8] if isinstance(commit, str) and commit else str(run_id)[:8]
         seen[base] = seen.get(base, 0) + 1
         out[run_id] = base if seen[base] == 1 else f"{base} #{seen[base]}"
     return out
+
+
+def _x_labels(df: pd.DataFrame) -> dict[str, str]:
+    """run_labels escaped for plotly: the x values (category ticks) of the charts."""
+    return {r: html(label) for r, label in run_labels(df).items()}
+
+
+def _passing(df: pd.DataFrame) -> pd.Series:
+    """The frame's ``passing`` column (queries.run_window / window_cases) as booleans: rows drawn as figures."""
+    return df["passing"].fillna(False).astype(bool)
 
 
 def case_title(case: str) -> str:
     return "suite (geomean)" if case == SUITE else case
 
 
+def _escape_titles(fig: go.Figure) -> None:
+    """Every axis title of ``fig`` escaped for plotly (they name the hardware, a stored string)."""
+
+    def escape(axis) -> None:
+        if axis.title.text:
+            axis.title.text = html(axis.title.text)
+
+    fig.for_each_xaxis(escape)
+    fig.for_each_yaxis(escape)
+
+
 def _layout(fig: go.Figure, title: str, subtitle: str | None = None, *, height: int = 420) -> go.Figure:
-    t: dict = {"text": title, "x": 0.0, "xanchor": "left"}
+    """Title, subtitle, size and legend; the one place where the titles (figure and axes, which carry the
+    hardware label and the protocol, stored strings) are escaped for plotly: callers pass plain text."""
+    _escape_titles(fig)
+    t: dict = {"text": html(title), "x": 0.0, "xanchor": "left"}
     if subtitle:
-        t["subtitle"] = {"text": subtitle}
+        t["subtitle"] = {"text": html(subtitle)}
     fig.update_layout(
         title=t,
         height=height,
@@ -98,7 +134,7 @@ def _layout(fig: go.Figure, title: str, subtitle: str | None = None, *, height: 
 
 def _empty(title: str, message: str) -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(text=html(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _layout(fig, title, height=250)
@@ -133,6 +169,50 @@ def _flag_markers(
                 "hovertemplate": "%{x}<br>%{text}<extra>" + name + "</extra>",
                 "legendgroup": f"flag-{kind}",
                 **trace_kw,
+            }
+        )
+    return out
+
+
+def _run_marks(df: pd.DataFrame, labels: dict[str, str], y_of: dict[str, float], *, suite: bool) -> list[dict]:
+    """Marker traces (dicts, as ``_flag_markers``) for the rows of runs that did not pass (``passing`` false),
+    whose figures are not drawn: quarantined runs, and failed runs (``suite``: one row per run, with n_pass and
+    n_cases; otherwise per run x case, where a failed case is marked by its own flag and only the cases that
+    passed in a failed run are marked here)."""
+    bad = df[~_passing(df)]
+    if bad.empty:
+        return []
+    quarantined = bad["quarantine"].notna()
+    kinds = {"quarantined": bad[quarantined]}
+    if suite:
+        kinds["failed"] = bad[~quarantined]
+    else:
+        kinds["failed_case"] = bad[~quarantined & (bad["status"] == "pass")]
+    out = []
+    for kind, rows in kinds.items():
+        rows = rows[rows["run_id"].map(lambda r: r in labels and not pd.isna(y_of.get(r)))]
+        if rows.empty:
+            continue
+        symbol, color, name = RUN_MARK_STYLE[kind]
+        if kind == "quarantined":
+            text = [html(f"quarantined, figures not believed: {q}") for q in rows["quarantine"]]
+        elif suite:
+            text = [
+                html(f"{s}: {p}/{n} cases passed")
+                for s, p, n in zip(rows["status"], rows["n_pass"], rows["n_cases"], strict=True)
+            ]
+        else:
+            text = ["another case of this run failed: no figure"] * len(rows)
+        out.append(
+            {
+                "type": "scatter",
+                "x": [labels[r] for r in rows["run_id"]],
+                "y": [y_of[r] for r in rows["run_id"]],
+                "mode": "markers",
+                "name": name,
+                "marker": {"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
+                "text": text,
+                "hovertemplate": "%{x}<br>%{text}<extra></extra>",
             }
         )
     return out
@@ -228,6 +308,19 @@ def _when(s: pd.Series) -> list[str]:
     return [str(v)[:16] for v in s]
 
 
+def _masked(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``df`` with the figures in ``columns`` missing on the rows of runs that did not pass (``passing``)."""
+    ok = _passing(df)
+    return df.assign(**{c: df[c].where(ok) for c in columns if c in df.columns})
+
+
+def _marker_y(h: pd.DataFrame, raw: pd.DataFrame) -> dict[str, float]:
+    """run_id -> where a marker goes on a case chart: the kernel's median, else (no figure drawn) the last drawn
+    median, else the run's own eager time (a position, not a figure)."""
+    anchor = h["median_us"].ffill().fillna(raw["eager_us"]).fillna(raw["median_us"])
+    return dict(zip(h["run_id"], anchor, strict=True))
+
+
 # ------------------------------------------------------------------------------------------------ history
 def case_history_figure(
     hist: pd.DataFrame,
@@ -239,16 +332,20 @@ def case_history_figure(
     steps: pd.DataFrame | None = None,
 ) -> go.Figure:
     """Latency of one case over the runs (oldest first): the kernel's median with the p25-p75 band of its
-    samples, eager and cuBLAS as reference lines, T_SOL, flag markers and the stored steps' lines.
+    samples, eager and cuBLAS as reference lines, T_SOL, flag markers and the stored steps' lines. Runs that did
+    not pass have no figure: a marker instead (quarantined, or failed).
 
-    ``hist``: per run x case rows (run_id, commit, branch, started_at, hardware, case, status, median_us,
-    eager_us, cublas_us, t_sol_us), optionally q25_us, q75_us, min_us, max_us (dashboard.data.chart_cases)."""
+    ``hist``: per run x case rows (run_id, commit, branch, started_at, hardware, quarantine, passing, case,
+    status, median_us, eager_us, cublas_us, t_sol_us), optionally q25_us, q75_us, min_us, max_us
+    (dashboard.data.chart_cases)."""
     check_one_hardware(hist, hardware)
     title = f"{case_title(case)} latency — {hardware}"
     h = hist[hist["case"] == case] if not hist.empty else hist
     if h.empty:
         return _empty(title, f"no runs of {case} on {hardware}")
-    labels = run_labels(h)
+    raw = h
+    h = _masked(h, ("median_us", "q25_us", "q75_us", "min_us", "max_us", "eager_us", "cublas_us"))
+    labels = _x_labels(h)
     x = [labels[r] for r in h["run_id"]]
     traces: list[dict] = []
     if {"q25_us", "q75_us"} <= set(h.columns) and h["q25_us"].notna().any():
@@ -316,8 +413,8 @@ def case_history_figure(
     if "t_sol_us" in h.columns and h["t_sol_us"].notna().any():
         t_sol = float(h["t_sol_us"].dropna().iloc[-1])
         traces.append(_sol_line(x, t_sol, f"T_SOL {t_sol:.1f} {US}"))
-    y_of = dict(zip(h["run_id"], h["median_us"].where(h["median_us"].notna(), h.get("eager_us")), strict=True))
-    traces += _flag_markers(flags, case, labels, y_of)
+    y_of = _marker_y(h, raw)
+    traces += _flag_markers(flags, case, labels, y_of) + _run_marks(h, labels, y_of, suite=False)
     shapes, notes = _step_lines(steps, case, labels)
     sub = f"protocol {protocol}; " if protocol else ""
     fig = _figure(
@@ -347,9 +444,11 @@ def suite_history_figure(
     title = f"Suite geometric mean — {hardware}"
     if runs.empty:
         return _empty(title, f"no runs on {hardware}")
-    labels = run_labels(runs)
+    raw = runs
+    runs = _masked(runs, ("geomean_us", "geomean_eager_us", "geomean_cublas_us", "score"))
+    labels = _x_labels(runs)
     x = [labels[r] for r in runs["run_id"]]
-    scores = (runs["score"] * 100).round(1).where(runs["status"] == "pass")
+    scores = (runs["score"] * 100).round(1)
     custom = [
         list(t)
         for t in zip(
@@ -384,25 +483,15 @@ def suite_history_figure(
             traces.append(_reference(x, _values(runs[key]), name, dash, color))
     if t_sol_us:
         traces.append(_sol_line(x, t_sol_us, f"T_SOL geomean {t_sol_us:.1f} {US}"))
-    anchor = runs["geomean_us"].ffill().fillna(runs["geomean_cublas_us"]).fillna(runs["geomean_eager_us"])
+    anchor = (
+        runs["geomean_us"]
+        .ffill()
+        .fillna(raw["geomean_cublas_us"])
+        .fillna(raw["geomean_eager_us"])
+        .fillna(raw["geomean_us"])
+    )
     y_of = dict(zip(runs["run_id"], anchor, strict=True))
-    failed = runs[(runs["status"] != "pass") & anchor.notna()]
-    if not failed.empty:
-        traces.append(
-            {
-                "type": "scatter",
-                "x": [labels[r] for r in failed["run_id"]],
-                "y": [y_of[r] for r in failed["run_id"]],
-                "mode": "markers",
-                "name": "run failed (no suite figure)",
-                "marker": {"symbol": "x", "size": 14, "color": "#8b0000"},
-                "text": [
-                    f"{s}: {p}/{n} cases passed"
-                    for s, p, n in zip(failed["status"], failed["n_pass"], failed["n_cases"], strict=True)
-                ],
-                "hovertemplate": "%{x}<br>%{text}<extra></extra>",
-            }
-        )
+    traces += _run_marks(runs, labels, y_of, suite=True)
     traces += _flag_markers(flags, SUITE, labels, y_of)
     shapes, notes = _step_lines(steps, SUITE, labels)
     sub = f"protocol {protocol}; " if protocol else ""
@@ -438,7 +527,9 @@ def case_grid_figure(
     hgap, vgap = 0.05, 0.32 / max(rows, 1)
     width = (1.0 - hgap * (columns - 1)) / columns
     height = (1.0 - vgap * (rows - 1)) / rows
-    labels = run_labels(hist)
+    raw = hist
+    hist = _masked(hist, ("median_us", "eager_us"))
+    labels = _x_labels(hist)
     layout: dict = {"shapes": [], "annotations": []}
     traces: list[dict] = []
     shown: set[str] = set()
@@ -498,7 +589,7 @@ def case_grid_figure(
                 }
             )
             shown.add(name)
-        y_of = dict(zip(h["run_id"], h["median_us"].where(h["median_us"].notna(), h.get("eager_us")), strict=True))
+        y_of = _marker_y(h, raw.loc[h.index])
         marks = _flag_markers(flags, case, {q: labels[q] for q in h["run_id"]}, y_of)
         if marks:  # one trace per panel for all its marks (a trace per kind and panel costs the browser dearly)
             traces.append(

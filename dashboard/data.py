@@ -133,21 +133,21 @@ def protocol_label(protocol: str, names: dict[str, str]) -> str:
 
 # ------------------------------------------------------------------------------------------------ the window
 def run_labels(df: pd.DataFrame) -> dict[str, str]:
-    """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order (charts.run_labels)."""
+    """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order (charts.run_labels): plain
+    text, escaped where it is shown."""
     from dashboard.charts import run_labels as labels
 
     return labels(df)
 
 
 def window(db: Database, sel: Selection) -> pd.DataFrame:
-    """The selection's newest ``sel.limit`` runs with their stored verdicts (queries.run_window), oldest first,
-    plus ``label`` (the commit as the charts show it) and ``passing`` (every case passed, not quarantined)."""
+    """The selection's newest ``sel.limit`` runs with their stored verdicts (queries.run_window, whose
+    ``passing`` says every case passed and the run is not quarantined), oldest first, plus ``label`` (the commit
+    as the charts show it, plain text)."""
     w = queries.run_window(db, hardware=sel.hardware, protocol=sel.protocol, branch=sel.branch, limit=sel.limit)
     if w.empty:
         return w.assign(label=pd.Series(dtype=str), passing=pd.Series(dtype=bool))
-    labels = run_labels(w)
-    passing = (w["status"] == "pass") & (w["n_pass"] == w["n_cases"]) & w["quarantine"].isna()
-    return w.assign(label=w["run_id"].map(labels), passing=passing)
+    return w.assign(label=w["run_id"].map(run_labels(w)), passing=w["passing"].astype(bool))
 
 
 def default_run(win: pd.DataFrame) -> str | None:
@@ -158,10 +158,14 @@ def default_run(win: pd.DataFrame) -> str | None:
     return str((ok if not ok.empty else win)["run_id"].iloc[-1])
 
 
-def run_choice_label(row: pd.Series | dict) -> str:
-    """'abc1234567 · pass · 2026-11-01 10:00' for the run selector (plain text)."""
-    status = row["verdict"] if not fmt.missing(row.get("verdict")) else row["status"]
-    return f"{fmt.short(row['commit'])} · {status} · {row['started_at']:%Y-%m-%d %H:%M}"
+def run_choice_labels(win: pd.DataFrame) -> dict[str, str]:
+    """run_id -> 'abc1234567 · pass · 2026-11-01 10:00' (the verdict, else the run's status) for the run
+    selector (plain text), for every run of the window at once."""
+    if win.empty:
+        return {}
+    status = win["verdict"].where(win["verdict"].notna(), win["status"]).astype(str)
+    text = win["commit"].map(fmt.short) + " · " + status + " · " + win["started_at"].dt.strftime("%Y-%m-%d %H:%M")
+    return dict(zip(win["run_id"], text, strict=True))
 
 
 def failure_text(row: pd.Series | dict) -> str | None:
@@ -228,32 +232,44 @@ def overview_table(win: pd.DataFrame) -> pd.DataFrame:
     ]
     if win.empty:
         return pd.DataFrame(columns=cols)
-    w = win.iloc[::-1]
-    rows = []
-    for r in w.to_dict("records"):
-        failed = failure_text(r)
-        verdict = r["verdict"] if not fmt.missing(r["verdict"]) else f"not judged ({r['status']})"
-        worst = fmt.DASH
-        if not fmt.missing(r["worst_case"]) and failed is None:
-            worst = f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
-        notes = [t for t in (failed, drift_text(r, short=True)) if t]
-        rows.append(
-            {
-                "time": r["started_at"],
-                "commit": fmt.short(r["commit"]),
-                "branch": "" if fmt.missing(r["branch"]) else str(r["branch"]),
-                "verdict": verdict,
-                "moved": fmt.DASH if failed else _moved(r["cases_moved"], r["n_cases"]),
-                "suite change [interval]": fmt.DASH
-                if failed
-                else fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
-                "worst case": worst,
-                "step": "" if fmt.missing(r["step_status"]) else str(r["step_status"]),
-                "note": "; ".join(notes),
-                "run_id": r["run_id"],
-            }
-        )
-    return pd.DataFrame(rows, columns=cols)
+    w = win.iloc[::-1].reset_index(drop=True)
+
+    def per_row(mask: pd.Series, text) -> pd.Series:  # a row-wise text, only for the (few) rows that have one
+        out = pd.Series(None, index=w.index, dtype=object)
+        if mask.any():
+            out[mask] = [text(r) for r in w[mask].to_dict("records")]
+        return out
+
+    failed = per_row((w["n_failed"] > 0) | w["quarantine"].notna(), failure_text)
+    drift = per_row(
+        w["drift"].fillna(False).astype(bool) | w["clock"].fillna(False).astype(bool),
+        lambda r: drift_text(r, short=True),
+    )
+    ok = failed.isna()
+    has_worst = w["worst_case"].notna() & ok
+    worst = w["worst_case"].astype(str) + " " + w["worst_change"].map(fmt.signed_pct)
+    notes = ["; ".join(t for t in (f, d) if isinstance(t, str) and t) for f, d in zip(failed, drift, strict=True)]
+    return pd.DataFrame(
+        {
+            "time": w["started_at"],
+            "commit": w["commit"].map(fmt.short),
+            "branch": w["branch"].fillna("").astype(str),
+            "verdict": w["verdict"].where(w["verdict"].notna(), "not judged (" + w["status"].astype(str) + ")"),
+            "moved": [
+                _moved(m, n) if good else fmt.DASH
+                for m, n, good in zip(w["cases_moved"], w["n_cases"], ok, strict=True)
+            ],
+            "suite change [interval]": [
+                fmt.interval(c, lo, hi) if good else fmt.DASH
+                for c, lo, hi, good in zip(w["suite_change"], w["suite_lo"], w["suite_hi"], ok, strict=True)
+            ],
+            "worst case": worst.where(has_worst, fmt.DASH),
+            "step": w["step_status"].fillna("").astype(str),
+            "note": notes,
+            "run_id": w["run_id"],
+        },
+        columns=cols,
+    )
 
 
 def attention_run(win: pd.DataFrame) -> str | None:
@@ -383,33 +399,47 @@ def run_findings(db: Database, run_id: str) -> pd.DataFrame:
     return queries.run_judgement(db, run_id)
 
 
-def sol_table(db: Database, run_id: str) -> pd.DataFrame:
+def sol_table(
+    db: Database, run_id: str, gaps: pd.DataFrame | None = None, *, quarantined: bool = False
+) -> pd.DataFrame:
     """Per case of one run: status, median, T_SOL, eager, cuBLAS, score, and the project's best on the same
-    hardware and protocol (queries.gaps): best_us, best_commit, gap; x_sol = median / T_SOL. A case that did
-    not pass has no score and no gap (missing, shown "–"; never 0 %)."""
+    hardware and protocol (queries.gaps, or ``gaps`` when already read): best_us, best_commit, gap; x_sol =
+    median / T_SOL. A case that did not pass has no score and no gap (missing, shown "–"; never 0 %), and
+    neither has any case of a ``quarantined`` run (its figures are not believed)."""
     cases = queries.run_cases(db, run_id)
     if cases.empty:
         return cases
-    gaps = queries.gaps(db, run_id)
+    gaps = queries.gaps(db, run_id) if gaps is None else gaps
     keep = ["case", "m", "status", "median_us", "t_sol_us", "eager_us", "cublas_us", "score"]
     out = cases[keep].merge(gaps[["case", "best_us", "best_commit", "gap"]], on="case", how="left")
-    ok = out["status"] == "pass"
+    ok = (out["status"] == "pass") & (not quarantined)
     out["score"] = out["score"].where(ok)
     out["gap"] = out["gap"].where(ok)
     out["x_sol"] = (out["median_us"] / out["t_sol_us"]).where(ok)
     return out
 
 
-def suite_gap(db: Database, run_id: str) -> dict:
+def suite_gap(gaps: pd.DataFrame) -> dict:
     """The suite row of queries.gaps (project best, #1 B200 record by SOL score), {} when absent."""
-    gaps = queries.gaps(db, run_id)
-    row = gaps[gaps["case"] == SUITE]
+    row = gaps[gaps["case"] == SUITE] if not gaps.empty else gaps
     return {} if row.empty else row.iloc[0].to_dict()
 
 
-def best_score(db: Database, sel: Selection) -> dict | None:
-    """The project's best suite SOL score on the selection (queries.best_suite_score)."""
-    return queries.best_suite_score(db, hardware=sel.hardware, protocol=sel.protocol)
+def best_score(db: Database, sel: Selection, n_cases: int | None = None) -> dict | None:
+    """The project's best suite SOL score on the selection (queries.best_suite_score) over runs of ``n_cases``
+    cases (a run's own count, so it compares the same cases as queries.gaps; default: the most cases)."""
+    return queries.best_suite_score(db, hardware=sel.hardware, protocol=sel.protocol, n_cases=n_cases)
+
+
+def sol_view(
+    db: Database, sel: Selection, run_id: str, *, n_cases: int, quarantined: bool = False
+) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
+    """What the SOL view shows of one run (``n_cases``: its number of cases; ``quarantined``: its figures are not
+    believed): (sol_table, suite_gap, the published records, best_score at the run's number of cases), with
+    queries.gaps read once."""
+    gaps = queries.gaps(db, run_id)
+    table = sol_table(db, run_id, gaps, quarantined=quarantined)
+    return table, suite_gap(gaps), published_records(db), best_score(db, sel, n_cases)
 
 
 def published_records(db: Database) -> pd.DataFrame:

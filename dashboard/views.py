@@ -93,9 +93,10 @@ def _findings(path: str, token: tuple, run_id: str) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _sol(path: str, token: tuple, sel: Selection, run_id: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
-    db = data.open_db(path)
-    return data.sol_table(db, run_id), data.suite_gap(db, run_id), data.published_records(db), data.best_score(db, sel)
+def _sol(
+    path: str, token: tuple, sel: Selection, run_id: str, n_cases: int, quarantined: bool
+) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
+    return data.sol_view(data.open_db(path), sel, run_id, n_cases=n_cases, quarantined=quarantined)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -120,8 +121,8 @@ def render(path: Path) -> None:
     token = data.db_token(path)
     summary = _summary(key, token)
     st.title("solci: attention output projection backward")
-    st.sidebar.caption("History file")
-    st.sidebar.text(key)
+    st.sidebar.caption("History")
+    st.sidebar.text(data.open_db(key).describe())  # a lake's spec without its password
     if st.sidebar.button("Refresh", help="read the history again (new runs show on the next refresh)"):
         st.rerun()
     if summary.empty:
@@ -133,7 +134,8 @@ def render(path: Path) -> None:
     win = _window(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
     if win.empty:
-        st.info(f"No runs of {fmt.md(sel.hardware)} with protocol {fmt.md(proto)} on branch {fmt.md(sel.branch)}.")
+        where = f"on branch {fmt.md(sel.branch)}" if sel.branch else "on any branch"
+        st.info(f"No runs of {fmt.md(sel.hardware)} with protocol {fmt.md(proto)} {where}.")
         return
     run_id = _run_selector(win)
     run = win[win["run_id"] == run_id].iloc[0]
@@ -196,7 +198,7 @@ def _run_selector(win: pd.DataFrame) -> str:
     """The run the headline, the SOL view and the run details show: the newest passing run unless picked."""
     ids = list(win["run_id"].iloc[::-1])
     default = data.default_run(win)
-    labels = {r["run_id"]: data.run_choice_label(r) for r in win.to_dict("records")}
+    labels = data.run_choice_labels(win)
     return st.sidebar.selectbox(
         "Run shown",
         ids,
@@ -235,8 +237,14 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
         delta_arrow="off",
     )
     g = run["geomean_us"] if passing else None
-    pg = prev_row["geomean_us"] if prev_row is not None and not cpu else None
-    delta = f"{g / pg - 1:+.1%}" if not fmt.missing(g) and not fmt.missing(pg) else None
+    judged = run["suite_change"] if passing and not cpu else None
+    if not fmt.missing(judged):  # what judging stored: against the level since the last step
+        delta = f"{float(judged):+.1%}"
+        basis = "the change is the judged one, against the level since the last step (its interval: Overview)"
+    else:  # not judged (yet): against the previous passing run, said so
+        pg = prev_row["geomean_us"] if prev_row is not None and not cpu else None
+        delta = f"{g / pg - 1:+.1%}" if not fmt.missing(g) and not fmt.missing(pg) else None
+        basis = "not judged: the change is against the previous passing run"
     cols[1].metric(
         f"Suite geomean ({charts.US})",
         fmt.us(g),
@@ -244,8 +252,7 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
         delta_color="inverse" if delta else "off",
         delta_arrow="auto" if delta else "off",
         delta_description="lower is better" if delta else None,
-        help=f"geometric mean of the per-case medians on {fmt.md(sel.hardware)}; the change is against the previous "
-        "passing run; a failed run has none",
+        help=f"geometric mean of the per-case medians on {fmt.md(sel.hardware)}; {basis}; a failed run has none",
     )
     s = run["score"] if passing and not cpu else None
     ps = prev_row["score"] if prev_row is not None and not cpu else None
@@ -496,7 +503,8 @@ def _rows(n: int, most: int = 24) -> int:
 
 def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None:
     run_label = f"run {run['label']}"
-    table, suite, published, best = _sol(key, token, sel, run["run_id"])
+    quarantined = not fmt.missing(run["quarantine"])
+    table, suite, published, best = _sol(key, token, sel, run["run_id"], int(run["n_cases"]), quarantined)
     st.subheader(f"Distance to SOL — {fmt.md(sel.hardware)}, {fmt.md(run_label)}")
     passing = bool(run["passing"])
     has_score = not table.empty and table["score"].notna().any()
@@ -596,7 +604,7 @@ def _runs_section(win: pd.DataFrame, sel: Selection) -> None:
     ok = win["passing"]
     view = win.iloc[::-1].assign(
         commit=win["commit"].map(fmt.short),
-        score=win["score"].where(ok & ~data.is_cpu(sel.hardware)),
+        score=win["score"].where(ok & (not data.is_cpu(sel.hardware))),
         ratio_vs_cublas=win["ratio_vs_cublas"].where(ok),
         ratio_vs_eager=win["ratio_vs_eager"].where(ok),
         geomean_us=win["geomean_us"].where(ok),

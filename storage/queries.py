@@ -19,6 +19,21 @@ _BOUNDARY = "(" + ", ".join(f"'{s}'" for s in BOUNDARY_STATUSES) + ")"  # SQL: I
 _READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL")
 
 
+def _passing(alias: str = "r") -> str:
+    """SQL: the runs row ``alias`` is a passing run: every case passed and its figures are believed (not
+    quarantined: faster than its hardware's speed of light). The one definition the dashboard's reads, judging's
+    baselines and the best SOL score share."""
+    return f"({alias}.status = 'pass' AND {alias}.n_pass = {alias}.n_cases AND {alias}.quarantine IS NULL)"
+
+
+# The spread of the kernel's raw samples per run x case under the run's primary protocol (``$ids``: the runs).
+_SPREAD = """
+    SELECT s.run_id, s.case_name, list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
+           list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us, s.min_us, s.max_us, s.n
+    FROM samples s JOIN runs r ON r.run_id = s.run_id AND s.protocol = r.protocol
+    WHERE s.impl = 'kernel' AND s.run_id IN (SELECT unnest($ids::VARCHAR[]))"""
+
+
 def _case_name(case: str) -> str:
     if case == SUITE:
         return case
@@ -148,38 +163,6 @@ def _samples_of(conn: duckdb.DuckDBPyConnection, run_ids: list[str], impl: str) 
     ).df()
 
 
-def recent_passing_samples(
-    db: Database, run_id: str, *, n_runs: int = 5, impl: str = "kernel"
-) -> tuple[dict | None, pd.DataFrame, pd.DataFrame]:
-    """For ``run_id``: (its runs row, its samples, the samples of the last ``n_runs`` passing runs on the same
-    hardware label and protocol that started before it). Sample frames are ordered by run time and hold
-    run_id, commit, started_at, case, status, error, median_us, samples_us (list of us)."""
-    with db.read() as conn:
-        info = _run_info(conn, run_id)
-        if info is None:
-            return None, pd.DataFrame(), pd.DataFrame()
-        own = _samples_of(conn, [run_id], impl)
-        base_ids = [
-            r[0]
-            for r in conn.execute(
-                """SELECT run_id FROM runs
-                   WHERE hardware_label = ? AND protocol = ? AND status = 'pass' AND n_pass = n_cases
-                     AND (started_at < ? OR (started_at = ? AND seq < ?))
-                   ORDER BY started_at DESC, seq DESC LIMIT ?""",
-                [
-                    info["hardware_label"],
-                    info["protocol"],
-                    info["started_at"],
-                    info["started_at"],
-                    info["seq"],
-                    int(n_runs),
-                ],
-            ).fetchall()
-        ]
-        base = _samples_of(conn, base_ids, impl) if base_ids else own.iloc[0:0]
-    return info, own, base
-
-
 def record_events(db: Database, run_id: str | None = None) -> pd.DataFrame:
     """ "Record broken" events (newest first), optionally of one run."""
     where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
@@ -189,34 +172,6 @@ def record_events(db: Database, run_id: str | None = None) -> pd.DataFrame:
                        case_name AS "case", n_cases, previous_us, previous_run_id, previous_commit, new_us,
                        broken_at
                 FROM record_events {where} ORDER BY id DESC""",
-            params,
-        ).df()
-
-
-def flags(
-    db: Database, *, run_id: str | None = None, commit: str | None = None, limit: int | None = None
-) -> pd.DataFrame:
-    """Flags, newest first: id, run_id, commit, case, kind, magnitude, p_value, baseline_median_us,
-    new_median_us, message, created_at, started_at (of the run), hardware."""
-    where: list[str] = []
-    params: list = []
-    if run_id is not None:
-        where.append("f.run_id = ?")
-        params.append(run_id)
-    if commit is not None:
-        where.append('(f."commit" = ? OR starts_with(f."commit", ?))')
-        params += [commit, commit]
-    limit_clause = ""
-    if limit is not None:
-        limit_clause = "LIMIT ?"
-        params.append(int(limit))
-    with db.read() as conn:
-        return conn.execute(
-            f"""SELECT f.id, f.run_id, f."commit", f.case_name AS "case", f.kind, f.magnitude, f.p_value,
-                       f.baseline_median_us, f.new_median_us, f.message, f.created_at, r.started_at,
-                       r.hardware_label AS hardware
-                FROM flags f LEFT JOIN runs r ON r.run_id = f.run_id
-                {_where(where)} ORDER BY r.started_at DESC NULLS LAST, f.id DESC {limit_clause}""",
             params,
         ).df()
 
@@ -296,13 +251,8 @@ def sample_spread(db: Database, run_ids: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=["run_id", "case", "q25_us", "q75_us", "min_us", "max_us", "n"])
     with db.read() as conn:
         return conn.execute(
-            """SELECT s.run_id, s.case_name AS "case",
-                      list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
-                      list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us,
-                      s.min_us, s.max_us, s.n
-               FROM samples s JOIN runs r ON r.run_id = s.run_id AND s.protocol = r.protocol
-               WHERE s.impl = 'kernel' AND s.run_id IN (SELECT unnest(?::VARCHAR[]))""",
-            [list(run_ids)],
+            f"""SELECT run_id, case_name AS "case", q25_us, q75_us, min_us, max_us, n FROM ({_SPREAD})""",
+            {"ids": list(run_ids)},
         ).df()
 
 
@@ -369,8 +319,8 @@ def series_runs(
         info = _run_info(conn, run_id)
         if info is None:
             raise StorageError(f"{db.path}: no run {run_id!r}")
-        passing = """r.hardware_label = $hw AND r.protocol = $proto AND r.status = 'pass' AND r.n_pass = r.n_cases
-                     AND r.mode = 'gpu' AND r.quarantine IS NULL AND r.run_id <> $run"""
+        passing = f"""r.hardware_label = $hw AND r.protocol = $proto AND {_passing("r")} AND r.mode = 'gpu'
+                      AND r.run_id <> $run"""
         params: dict = {"hw": hardware, "proto": protocol, "run": run_id, "lim": int(max_runs)}
         if ancestry:
             params["chain"] = list(ancestry)
@@ -442,6 +392,39 @@ def verdict_cases(db: Database, run_id: str) -> pd.DataFrame:
         ).df()
 
 
+def _step_listing(db: Database, where: list[str], params: dict, *, limit: int | None, by_run: bool) -> pd.DataFrame:
+    """The stored steps matching ``where`` (SQL on ``s`` = steps, ``r`` = the culprit's run), the newest ``limit``
+    by creation, one row each: step_id, commit, parent_commit, run_id, status, direction, detected_by,
+    cases_moved, n_cases, suite_change/lo/hi, worst_case, worst_change (the case that moved most), fixed_by (step
+    id) and fixed_by_commit, ack_reason, ack_at, message, branch, hardware, protocol, created_at, started_at (of
+    the culprit's run). Newest first: by creation, or (``by_run``) by the culprit run's start."""
+    lim = "" if limit is None else f"LIMIT {int(limit)}"
+    order = "coalesce(sel.started_at, sel.created_at) DESC, " if by_run else ""
+    with db.read() as conn:
+        return conn.execute(
+            f"""
+            WITH sel AS (
+                SELECT s.*, r.started_at FROM steps s LEFT JOIN runs r ON r.run_id = s.run_id
+                {_where(where)} ORDER BY s.created_at DESC, s.step_id DESC {lim}
+            ),
+            worst AS (
+                SELECT c.step_id, arg_max(c.case_name, abs(c.change)) AS worst_case,
+                       arg_max(c.change, abs(c.change)) AS worst_change
+                FROM step_cases c WHERE c.step_id IN (SELECT step_id FROM sel) GROUP BY c.step_id
+            )
+            SELECT sel.step_id, sel."commit", sel.parent_commit, sel.run_id, sel.status, sel.direction,
+                   sel.detected_by, sel.cases_moved, sel.n_cases, sel.suite_change, sel.suite_lo, sel.suite_hi,
+                   worst.worst_case, worst.worst_change, sel.fixed_by, f."commit" AS fixed_by_commit, sel.ack_reason,
+                   sel.ack_at, sel.message, sel.branch, sel.hardware_label AS hardware, sel.protocol, sel.created_at,
+                   sel.started_at
+            FROM sel LEFT JOIN worst ON worst.step_id = sel.step_id
+            LEFT JOIN steps f ON f.step_id = sel.fixed_by
+            ORDER BY {order}sel.created_at DESC, sel.step_id DESC
+            """,
+            params,
+        ).df()
+
+
 def changes(
     db: Database,
     *,
@@ -450,34 +433,20 @@ def changes(
     commit: str | None = None,
     limit: int | None = None,
 ) -> pd.DataFrame:
-    """Every detected step, newest first, one row each: step_id, commit, status, direction, detected_by, cases
-    moved, suite change with its interval, the worst case, fixed_by, ack_reason, message, hardware, protocol,
-    created_at, started_at (of the culprit's run). Filters: hardware label or GPU model, status, commit prefix."""
-    where, params = [], []
+    """Every detected step, newest first (by creation), one row each with the columns of ``series_changes``.
+    Filters: hardware label or GPU model, status, commit prefix."""
+    where: list[str] = []
+    params: dict = {}
     if hardware is not None:
-        where.append("(s.hardware_label = ? OR r.gpu_model = ?)")
-        params += [hardware, hardware]
+        where.append("(s.hardware_label = $hw OR r.gpu_model = $hw)")
+        params["hw"] = hardware
     if status is not None:
-        where.append("s.status = ?")
-        params.append(status)
+        where.append("s.status = $status")
+        params["status"] = status
     if commit is not None:
-        where.append('starts_with(s."commit", ?)')
-        params.append(commit)
-    lim = "" if limit is None else f"LIMIT {int(limit)}"
-    with db.read() as conn:
-        return conn.execute(
-            f"""SELECT s.step_id, s."commit", s.status, s.direction, s.detected_by, s.cases_moved, s.n_cases,
-                       s.suite_change, s.suite_lo, s.suite_hi,
-                       (SELECT arg_max(c.case_name, abs(c.change)) FROM step_cases c WHERE c.step_id = s.step_id)
-                           AS worst_case,
-                       (SELECT arg_max(c.change, abs(c.change)) FROM step_cases c WHERE c.step_id = s.step_id)
-                           AS worst_change,
-                       s.fixed_by, s.ack_reason, s.message, s.hardware_label AS hardware, s.protocol, s.branch,
-                       s.run_id, s.created_at, r.started_at
-                FROM steps s LEFT JOIN runs r ON r.run_id = s.run_id
-                {_where(where)} ORDER BY s.created_at DESC, s.step_id DESC {lim}""",
-            params,
-        ).df()
+        where.append('starts_with(s."commit", $commit)')
+        params["commit"] = commit
+    return _step_listing(db, where, params, limit=limit, by_run=False)
 
 
 def step_cases(db: Database, step_id: str) -> pd.DataFrame:
@@ -541,15 +510,15 @@ def _error_line(col: str) -> str:
 
 def series_summary(db: Database) -> pd.DataFrame:
     """One row per series (hardware label x protocol) of the runs measured for their own sake: hardware,
-    gpu_model, protocol, protocol_name, gpu (any run on a GPU), n_runs, n_pass (every case passed), last_at,
-    last_pass_at, branches (sorted list). GPU series first, the one with the newest passing run first."""
+    gpu_model, protocol, protocol_name, gpu (any run on a GPU), n_runs, n_pass (passing runs: every case passed,
+    not quarantined), last_at, last_pass_at (of a passing run), branches (sorted list). GPU series first, the one
+    with the newest passing run first."""
     with db.read() as conn:
         return conn.execute(
             f"""SELECT r.hardware_label AS hardware, max(r.gpu_model) AS gpu_model, r.protocol,
                        max(p.name) AS protocol_name, bool_or(r.mode = 'gpu') AS gpu, count(*) AS n_runs,
-                       count(*) FILTER (WHERE r.status = 'pass' AND r.n_pass = r.n_cases) AS n_pass,
-                       max(r.started_at) AS last_at,
-                       max(r.started_at) FILTER (WHERE r.status = 'pass' AND r.n_pass = r.n_cases) AS last_pass_at,
+                       count(*) FILTER (WHERE {_passing("r")}) AS n_pass, max(r.started_at) AS last_at,
+                       max(r.started_at) FILTER (WHERE {_passing("r")}) AS last_pass_at,
                        list_sort(list(DISTINCT r.branch) FILTER (WHERE r.branch IS NOT NULL)) AS branches
                 FROM runs r LEFT JOIN protocols p ON p.hash = r.protocol
                 WHERE {_MEASURED}
@@ -579,9 +548,10 @@ def run_window(
     db: Database, *, hardware: str, protocol: str, branch: str | None = None, limit: int = 200
 ) -> pd.DataFrame:
     """The newest ``limit`` runs of one series (exactly this hardware label and protocol; optionally one branch),
-    measured for their own sake, oldest first. Per run: the runs row's figures (hardware = the label), its
-    stored verdict (verdict, cases_moved, suite_change/lo/hi, worst_case, worst_change, drift, clock, step_id,
-    message, baseline_commit, judged_at), its step's status (step_status), the suite's screened change and the
+    measured for their own sake, oldest first. Per run: the runs row's figures (hardware = the label), quarantine
+    and ``passing`` (every case passed, not quarantined: the run's figures stand), its stored verdict (verdict,
+    cases_moved, suite_change/lo/hi, worst_case, worst_change, drift, clock, step_id, message, baseline_commit,
+    judged_at), its step's status (step_status), the suite's screened change and the
     in-run baselines' change (screen_change, control_change: what drift is judged on), and for a run with failed
     cases: n_failed, failed_case and failed_status (the first by M), error_line (its informative error line)
     and n_errors (how many distinct error lines)."""
@@ -606,9 +576,9 @@ def run_window(
                    sel.wall_s, sel.mode, sel.hardware_label AS hardware, sel.gpu_model, sel.hostname, sel.protocol,
                    sel.status, sel.n_cases, sel.n_pass, sel.geomean_us, sel.geomean_eager_us, sel.geomean_cublas_us,
                    sel.score, sel.ratio_vs_cublas, sel.ratio_vs_eager, sel.job_id, sel.quarantine,
-                   v.verdict, v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi, v.worst_case, v.worst_change,
-                   v.drift, v.clock, v.step_id, v.message, v.baseline_commit, v.judged_at, s.status AS step_status,
-                   vc.change AS screen_change, vc.control_change,
+                   {_passing("sel")} AS passing, v.verdict, v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi,
+                   v.worst_case, v.worst_change, v.drift, v.clock, v.step_id, v.message, v.baseline_commit,
+                   v.judged_at, s.status AS step_status, vc.change AS screen_change, vc.control_change,
                    coalesce(bad.n_failed, 0) AS n_failed, bad.failed_case, bad.failed_status, bad.error_line,
                    coalesce(bad.n_errors, 0) AS n_errors
             FROM sel
@@ -623,15 +593,18 @@ def run_window(
 
 
 def window_cases(db: Database, run_ids: list[str]) -> pd.DataFrame:
-    """Per run x case of these runs, oldest first: run_id, commit, branch, started_at, hardware (label), case,
-    m, status, median_us, eager_us, cublas_us, t_sol_us, score, and the spread of the kernel's raw samples
-    under the run's primary protocol (q25_us, q75_us, min_us, max_us, n)."""
+    """Per run x case of these runs, oldest first: run_id, commit, branch, started_at, hardware (label), the
+    run's quarantine and ``passing`` (as run_window), case, m, status, median_us, eager_us, cublas_us, t_sol_us,
+    score, and the spread of the kernel's raw samples under the run's primary protocol (q25_us, q75_us, min_us,
+    max_us, n: sample_spread)."""
     cols = [
         "run_id",
         "commit",
         "branch",
         "started_at",
         "hardware",
+        "quarantine",
+        "passing",
         "case",
         "m",
         "status",
@@ -650,20 +623,14 @@ def window_cases(db: Database, run_ids: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     with db.read() as conn:
         return conn.execute(
-            """
-            WITH ids AS (SELECT unnest($ids::VARCHAR[]) AS run_id),
-            sp AS (
-                SELECT s.run_id, s.case_name, s.protocol,
-                       list_aggregate(s.samples_us, 'quantile_cont', 0.25) AS q25_us,
-                       list_aggregate(s.samples_us, 'quantile_cont', 0.75) AS q75_us, s.min_us, s.max_us, s.n
-                FROM samples s WHERE s.impl = 'kernel' AND s.run_id IN (SELECT run_id FROM ids)
-            )
-            SELECT r.run_id, r."commit", r.branch, r.started_at, r.hardware_label AS hardware, x.case_name AS "case",
-                   x.m, x.status, x.median_us, x.eager_us, x.cublas_us, x.t_sol_us, x.score,
-                   sp.q25_us, sp.q75_us, sp.min_us, sp.max_us, sp.n
+            f"""
+            WITH sp AS ({_SPREAD})
+            SELECT r.run_id, r."commit", r.branch, r.started_at, r.hardware_label AS hardware, r.quarantine,
+                   {_passing("r")} AS passing, x.case_name AS "case", x.m, x.status, x.median_us, x.eager_us,
+                   x.cublas_us, x.t_sol_us, x.score, sp.q25_us, sp.q75_us, sp.min_us, sp.max_us, sp.n
             FROM runs r JOIN results x ON x.run_id = r.run_id
-            LEFT JOIN sp ON sp.run_id = x.run_id AND sp.case_name = x.case_name AND sp.protocol = r.protocol
-            WHERE r.run_id IN (SELECT run_id FROM ids)
+            LEFT JOIN sp ON sp.run_id = x.run_id AND sp.case_name = x.case_name
+            WHERE r.run_id IN (SELECT unnest($ids::VARCHAR[]))
             ORDER BY r.started_at, r.seq, x.m, x.case_name
             """,
             {"ids": list(run_ids)},
@@ -704,34 +671,13 @@ def series_changes(
     db: Database, *, hardware: str, protocol: str, branch: str | None = None, limit: int = 500
 ) -> pd.DataFrame:
     """Every stored step of one series (exactly this hardware label and protocol; optionally one branch), newest
-    first, one row each: step_id, commit, parent_commit, run_id, status, direction, detected_by, cases_moved,
-    n_cases, suite_change/lo/hi, worst_case, worst_change, fixed_by (step id) and fixed_by_commit, ack_reason,
-    ack_at, message, branch, created_at, started_at (of the culprit's run)."""
-    with db.read() as conn:
-        return conn.execute(
-            """
-            WITH sel AS (
-                SELECT * FROM steps s WHERE s.hardware_label = $hw AND s.protocol = $proto
-                  AND ($branch IS NULL OR s.branch = $branch)
-                ORDER BY s.created_at DESC, s.step_id DESC LIMIT $lim
-            ),
-            worst AS (
-                SELECT c.step_id, arg_max(c.case_name, abs(c.change)) AS worst_case,
-                       arg_max(c.change, abs(c.change)) AS worst_change
-                FROM step_cases c WHERE c.step_id IN (SELECT step_id FROM sel) GROUP BY c.step_id
-            )
-            SELECT sel.step_id, sel."commit", sel.parent_commit, sel.run_id, sel.status, sel.direction,
-                   sel.detected_by, sel.cases_moved, sel.n_cases, sel.suite_change, sel.suite_lo, sel.suite_hi,
-                   worst.worst_case, worst.worst_change, sel.fixed_by, f."commit" AS fixed_by_commit, sel.ack_reason,
-                   sel.ack_at, sel.message, sel.branch, sel.hardware_label AS hardware, sel.protocol, sel.created_at,
-                   r.started_at
-            FROM sel LEFT JOIN worst ON worst.step_id = sel.step_id
-            LEFT JOIN steps f ON f.step_id = sel.fixed_by
-            LEFT JOIN runs r ON r.run_id = sel.run_id
-            ORDER BY coalesce(r.started_at, sel.created_at) DESC, sel.created_at DESC, sel.step_id DESC
-            """,
-            {"hw": hardware, "proto": protocol, "branch": branch, "lim": int(limit)},
-        ).df()
+    first (by the culprit run's start), one row each: step_id, commit, parent_commit, run_id, status, direction,
+    detected_by, cases_moved, n_cases, suite_change/lo/hi, worst_case, worst_change, fixed_by (step id) and
+    fixed_by_commit, ack_reason, ack_at, message, branch, hardware, protocol, created_at, started_at (of the
+    culprit's run)."""
+    where = ["s.hardware_label = $hw", "s.protocol = $proto", "($branch IS NULL OR s.branch = $branch)"]
+    params = {"hw": hardware, "proto": protocol, "branch": branch}
+    return _step_listing(db, where, params, limit=limit, by_run=True)
 
 
 def best_suite_score(db: Database, *, hardware: str, protocol: str, n_cases: int | None = None) -> dict | None:
@@ -745,7 +691,7 @@ def best_suite_score(db: Database, *, hardware: str, protocol: str, n_cases: int
             WITH ok AS (
                 SELECT r.* FROM runs r
                 WHERE r.hardware_label = $hw AND r.protocol = $proto AND {_MEASURED} AND r.mode = 'gpu'
-                  AND r.status = 'pass' AND r.n_pass = r.n_cases AND r.quarantine IS NULL AND r.score IS NOT NULL
+                  AND {_passing("r")} AND r.score IS NOT NULL
             )
             SELECT run_id, "commit", branch, started_at, score, geomean_us, n_cases FROM ok
             WHERE n_cases = coalesce($n, (SELECT max(n_cases) FROM ok))

@@ -817,3 +817,94 @@ def test_the_cache_key_changes_with_a_run_or_a_job_and_only_then(tmp_path: Path)
     assert second != first
     enqueue(db, "repo", "c3", branch="main")
     assert data.db_token(path) not in (first, second)
+
+
+# ------------------------------------------------------------------------------------------------ review fixes
+@pytest.fixture(scope="module")
+def quarantined_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Database, str]:
+    """Four H200 runs on main; the third is faster than the speed of light in every case (quarantined)."""
+    db = Database(tmp_path_factory.mktemp("quar") / "history.duckdb", lock_timeout=20)
+    for i in range(4):
+        doc = make_result(
+            run_id=f"q{i}",
+            commit=f"{i:02d}qq{i:02d}qq",
+            scale=0.001 if i == 2 else 1.0,
+            started_at=BASE_TIME + i * timedelta(hours=1),
+        )
+        ingest_result(db, doc)
+    assert queries.run_window(db, hardware=H200, protocol="p1").set_index("run_id").loc["q2", "quarantine"]
+    return db, "q2"
+
+
+def test_quarantined_runs_are_marked_not_drawn_as_figures(quarantined_db: tuple[Database, str]) -> None:
+    """A quarantined run's figures are not believed: no point on the suite, case and grid charts, a marker
+    instead, and never the project's best."""
+    db, bad = quarantined_db
+    sel = Selection(H200, "p1")
+    win = data.window(db, sel)
+    assert win.set_index("run_id")["passing"].to_dict() == {"q0": True, "q1": True, "q2": False, "q3": True}
+    x = "02qq02qq"
+    suite = charts.suite_history_figure(win, hardware=H200)
+    geomean = next(t for t in suite.data if t.name == "kernel geomean")
+    assert geomean.y[list(geomean.x).index(x)] is None
+    marks = next(t for t in suite.data if t.name == "run quarantined (not believed)")
+    assert list(marks.x) == [x] and "faster than" in marks.text[0]
+    hist = data.chart_cases(db, list(win["run_id"]))
+    case = charts.case_history_figure(hist, case=CASES[0].name, hardware=H200)
+    median = next(t for t in case.data if t.name == "kernel median")
+    assert median.y[list(median.x).index(x)] is None
+    assert list(next(t for t in case.data if t.name == "run quarantined (not believed)").x) == [x]
+    grid = charts.case_grid_figure(hist, hardware=H200)
+    assert all(t.y[list(t.x).index(x)] is None for t in grid.data if t.name == "kernel median")
+    best = data.best_score(db, sel)
+    assert best is not None and best["run_id"] != bad
+    table, _suite, _pub, _best = data.sol_view(db, sel, bad, n_cases=N_CASES, quarantined=True)
+    assert table["score"].isna().all() and table["gap"].isna().all()
+
+
+def test_chart_titles_escape_the_hardware_label() -> None:
+    """The hardware label is a stored string: a title or axis title shows it literally, never as HTML."""
+    label = "GPU <b>x</b>"
+    doc = make_result(run_id="t0", hardware_label=label, started_at=BASE_TIME)
+    df = pd.DataFrame(
+        {
+            "run_id": ["t0"],
+            "commit": [doc["commit"]],
+            "branch": ["main"],
+            "started_at": [BASE_TIME],
+            "hardware": [label],
+            "quarantine": [None],
+            "passing": [True],
+            "status": ["pass"],
+            "n_pass": [1],
+            "n_cases": [1],
+            "score": [0.5],
+            "geomean_us": [10.0],
+            "geomean_eager_us": [20.0],
+            "geomean_cublas_us": [9.0],
+        }
+    )
+    fig = charts.suite_history_figure(df, hardware=label)
+    assert "<b>" not in fig.layout.title.text and "&lt;b&gt;" in fig.layout.title.text
+    assert "<b>" not in fig.layout.yaxis.title.text and "&lt;b&gt;" in fig.layout.yaxis.title.text
+    empty = charts.suite_history_figure(df.iloc[0:0], hardware=label)
+    assert all("<b>" not in a.text for a in empty.layout.annotations)
+
+
+def test_run_selector_labels_every_run_of_the_window(h200: dict) -> None:
+    labels = data.run_choice_labels(h200["win"])
+    assert set(labels) == set(h200["win"]["run_id"])
+    assert labels[run_id_of(SLOW_FROM)].startswith(commit_of(SLOW_FROM)[:10] + " · regressed · ")
+    assert " · broken · " in labels[run_id_of(CRASHED_RUN)]
+
+
+def test_the_headline_shows_the_judged_suite_change(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
+    """The headline's suite change is the stored, judged one (against the level), not a naive run-to-run
+    ratio: the run after the drifting one is -9 % against it, and 0 % against the level it belongs to."""
+    run = run_id_of(INCORRECT_RUN + 1)
+    at = _app_on_run(monkeypatch, history_db.path, run)
+    assert not at.exception
+    metric = next(m for m in at.metric if m.label.startswith("Suite geomean"))
+    stored = queries.verdict(history_db, run)["suite_change"]
+    assert abs(stored) < 0.01 and metric.value != fmt.DASH and metric.delta == f"{stored:+.1%}"
+    assert "judged" in metric.help
