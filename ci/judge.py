@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from storage.schema import BOUNDARY_STATUSES, SUITE
@@ -263,7 +263,7 @@ def estimate_noise(points: Sequence[Point], steps: Sequence[Step], cases: Iterab
         groups: dict[tuple[str, int], list[float]] = {}
         for p in points[-cfg.noise_points :]:
             for r in p.runs:
-                if r.job_id is None:
+                if r.job_id is None or r.purpose != "confirm":  # not the screened run: it was picked for moving
                     continue
                 v = _figure(r, case, case_list)
                 if v is not None:
@@ -322,6 +322,12 @@ class CaseScreen:
     def tested_change(self) -> float:
         return self.change if self.tested is None else self.tested
 
+    def interval(self, level: float = 0.95) -> Change:
+        """The change with its two-sided ``level`` confidence interval (change ± z·se, on the log scale): what
+        a verdict row stores as the screened suite change; the threshold is the bar it is tested against, not
+        its uncertainty."""
+        return Change.from_log(self.change, _norm_ppf(0.5 + level / 2.0) * self.se)
+
 
 @dataclass
 class Screen:
@@ -344,6 +350,22 @@ class Screen:
     def baseline(self) -> bool:
         return not self.level_commits
 
+    @property
+    def direction(self) -> str:
+        """slower | faster: the suite's way when the suite moved, else the way of the case that moved most."""
+        if self.suite is not None and self.suite.moved:
+            return "slower" if self.suite.change > 0 else "faster"
+        moved = [self.cases[c] for c in self.moved_cases]
+        if moved:
+            return "slower" if max(moved, key=lambda s: abs(s.tested_change)).tested_change > 0 else "faster"
+        return "slower" if self.suite is not None and self.suite.change > 0 else "faster"
+
+    def screened_change(self, case: str) -> float:
+        """The change a case's confirmation must show the same way: the case's own change when the whole suite
+        moved (its change net of the common shift is then noise), else the change net of that shift."""
+        s = self.cases[case]
+        return s.change if self.suite is not None and self.suite.moved else s.tested_change
+
     def cases_to_confirm(self) -> list[str]:
         """Every case when the suite moved, else the cases that moved."""
         if self.suite is not None and self.suite.moved:
@@ -356,22 +378,16 @@ def _norm_sf(z: float) -> float:
 
 
 def _norm_ppf(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
+    return statistics.NormalDist().inv_cdf(p)
 
 
 def bh_qvalues(pvalues: Sequence[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (q-values), in the input order."""
-    n = len(pvalues)
-    order = sorted(range(n), key=lambda i: pvalues[i])
-    q = [0.0] * n
-    running = 1.0
-    for rank in range(n, 0, -1):
-        i = order[rank - 1]
-        running = min(running, pvalues[i] * n / rank)
-        q[i] = running
-    return q
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order (SciPy's false_discovery_control)."""
+    if not pvalues:
+        return []
+    from scipy.stats import false_discovery_control
+
+    return [float(q) for q in false_discovery_control(list(pvalues), method="bh")]
 
 
 # ------------------------------------------------------------------------------------------------ decisions
@@ -397,6 +413,11 @@ class Decision:
     fixes: list[str] = field(default_factory=list)  # step ids whose status becomes fixed
     confirmation: dict[str, CaseConfirmation] = field(default_factory=dict)
     suite_confirmation: CaseConfirmation | None = None
+
+
+# Re-measures commit (B) against parent (A), interleaved, on the given cases: the runs labelled "A"/"B" in the
+# order they were measured (ci.runner on the GPU; the simulation's machine).
+ConfirmRuns = Callable[[str, str, list[str]], list[tuple[str, RunFigures]]]
 
 
 def _pct(x: float) -> str:
@@ -562,13 +583,13 @@ class Series:
         tested = screen.cases_to_confirm()
         pairs = clean_pairs(pairs, tested)
         if not pairs:
-            step = self._step(step_id, run.commit, parent, "ambiguous", "slower", screen, {}, None, None)
+            step = self._step(step_id, run.commit, parent, "ambiguous", screen.direction, screen, {}, None, None)
             return Decision("ambiguous", "moved at screening; every re-measurement was throttled (NVML)", step)
         zc = _norm_ppf(1.0 - cfg.alpha_confirm / (2.0 * max(1, len(tested))))
         conf: dict[str, CaseConfirmation] = {}
         for case in tested:
             sigma = noise.sigma_pair(case, cfg.prior_sigma)
-            c = self._confirm_case(case, pairs, screen.cases[case].tested_change, sigma, zc)
+            c = self._confirm_case(case, pairs, screen.screened_change(case), sigma, zc)
             if c is not None:
                 conf[case] = c
         suite_conf = None
@@ -581,8 +602,9 @@ class Series:
             why = " (the in-run baselines moved too: machine drift)" if screen.drift else ""
             worst = max(conf.values(), key=lambda x: abs(x.log_mean), default=None)
             detail = f"; re-measured {worst.case} {_pct(worst.change.change)}" if worst else ""
-            direction = "slower" if (screen.suite.change if screen.suite else 0.0) > 0 else "faster"
-            step = self._step(step_id, run.commit, parent, "not_reproduced", direction, screen, conf, suite_conf, pairs)
+            step = self._step(
+                step_id, run.commit, parent, "not_reproduced", screen.direction, screen, conf, suite_conf, pairs
+            )
             msg = f"not reproduced: moved at screening, not in {len(pairs)} interleaved pairs{why}{detail}"
             return Decision("not_reproduced", msg, step, confirmation=conf, suite_confirmation=suite_conf)
         if suite_ok:  # a change of the whole suite: every case that moved its way by half the minimum effect
@@ -847,29 +869,29 @@ class Series:
         best: tuple[float, int, str, float] | None = None
         for case in [SUITE, *cases]:
             ys = [_figure(p.first, case, cases) for p in seg]
-            if any(y is None for y in ys):
+            keep = [i for i, v in enumerate(ys) if v is not None]  # a throttled or missing point is left out
+            n = len(keep)
+            if n < 2 * cfg.late_min_points:
                 continue
-            y = np.asarray(ys, dtype=float)
+            y = np.asarray([ys[i] for i in keep], dtype=float)
             bkps = rpt.Binseg(model="l2", min_size=cfg.late_min_points, jump=1).fit(y.reshape(-1, 1))
-            try:
-                j = bkps.predict(n_bkps=1)[0]
-            except Exception:  # too short for the split
-                continue
-            if j >= len(seg) or j < cfg.late_min_points:
+            j = bkps.predict(n_bkps=1)[0]  # n >= 2 * min_size: a split exists
+            if j >= n or j < cfg.late_min_points:
                 continue
             d = float(np.median(y[j:]) - np.median(y[:j]))
             sigma = noise.sigma(case, cfg.prior_sigma)
-            se = sigma * math.sqrt((math.pi / 2.0) * (1.0 / j + 1.0 / (len(seg) - j)))
+            se = sigma * math.sqrt((math.pi / 2.0) * (1.0 / j + 1.0 / (n - j)))
             z = abs(d) / se
-            if abs(d) < cfg.log_min_effect or z < cfg.k_late or seg[j].commit in tried:
+            at = keep[j]  # the first point seen at the new level
+            if abs(d) < cfg.log_min_effect or z < cfg.k_late or seg[at].commit in tried:
                 continue
             if best is None or z > best[0]:
-                best = (z, j, case, d)
+                best = (z, at, case, d)
         if best is None:
             return None
-        _, j, case, d = best
+        _, at, case, d = best
         moved = cases if case == SUITE else [case]
-        return seg[j].commit, seg[j - 1].commit, moved, d
+        return seg[at].commit, seg[at - 1].commit, moved, d
 
     def decide_late(
         self,
@@ -898,6 +920,51 @@ class Series:
         if d.step is not None:
             d.step.detected_by = "late"
             d.message = f"late step (found {len(self.points) - (idx or 0) - 1} commits later): {d.message}"
+        return d
+
+    # -- the flow (ci.judging around stored runs, scripts/simulate_verdicts.py around simulated ones)
+    def judge(
+        self,
+        own: RunFigures,
+        confirm: ConfirmRuns | None,
+        *,
+        step_id: str,
+        on_suspect: Callable[[Screen, Step], None] | None = None,
+    ) -> tuple[Screen, Decision, Noise]:
+        """Judge a new run: screen it against its level; when it moved, re-measure it against the level's newest
+        commit (``confirm``; its runs join the series) and decide with those pairs; then the run and the
+        decision's step join the series. ``on_suspect`` gets the pending step before the re-measurement (the
+        runner stores it, so a watcher sees "suspect" meanwhile)."""
+        noise = self.noise(own.kernel)
+        screen = self.screen(own, noise)
+        parent = screen.level_commits[-1] if screen.level_commits else None
+        pairs = None
+        if screen.moved and not screen.baseline and confirm is not None and parent is not None:
+            if on_suspect is not None:
+                on_suspect(screen, Step(step_id, own.commit, parent, "pending", screen.direction))
+            runs = confirm(parent, own.commit, screen.cases_to_confirm())
+            for _, r in runs:
+                self.add_run(r)
+            pairs = pair_up(runs)
+            noise = self.noise(own.kernel)
+        decision = self.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
+        self.add_run(own)
+        self.apply(decision)
+        return screen, decision, noise
+
+    def late(self, confirm: ConfirmRuns, *, step_id: Callable[[str], str]) -> Decision | None:
+        """Look for a step inside the newest level that screening missed (``late_candidate``); re-measure the
+        culprit against its parent and decide; the decision joins the series. None when there is no candidate.
+        ``step_id(culprit)`` names the step."""
+        cand = self.late_candidate()
+        if cand is None:
+            return None
+        culprit, parent, cases, change = cand
+        runs = confirm(parent, culprit, cases)
+        for _, r in runs:
+            self.add_run(r)
+        d = self.decide_late(culprit, parent, cases, change, pair_up(runs), step_id=step_id(culprit))
+        self.apply(d)
         return d
 
     # -- applying

@@ -30,7 +30,9 @@ import pandas as pd
 from ci.judge import (
     SUITE,
     CaseConfirmation,
+    CaseScreen,
     Change,
+    ConfirmRuns,
     Decision,
     JudgeConfig,
     Noise,
@@ -39,7 +41,6 @@ from ci.judge import (
     Screen,
     Series,
     Step,
-    pair_up,
 )
 from storage import queries
 from storage.db import Database, StorageError
@@ -249,39 +250,31 @@ def _case_rows(screen: Screen | None, decision: Decision | None, statuses: dict[
         r: dict[str, Any] = {"case_name": case, "status": status}
         s = screen.cases.get(case) if screen else None
         if s is not None:
-            r.update(
-                change=math.expm1(s.change),
-                tested_change=math.expm1(s.tested_change),
-                threshold=math.expm1(s.threshold),
-                z=s.z,
-                p_value=s.p_value,
-                q_value=s.q_value,
-                sigma=s.sigma,
-                moved=s.moved,
-                throttled=s.throttled,
-                control_change=None if s.control_change is None else math.expm1(s.control_change),
-                clock_change=None if s.clock_change is None else math.expm1(s.clock_change),
-            )
+            r.update(_screen_fields(s))
         r.update(_confirmed_fields(decision.confirmation.get(case) if decision else None))
         rows.append(r)
     if screen is not None and screen.suite is not None:
-        s = screen.suite
-        r = {
-            "case_name": SUITE,
-            "status": "pass",
-            "change": math.expm1(s.change),
-            "tested_change": math.expm1(s.change),
-            "threshold": math.expm1(s.threshold),
-            "z": s.z,
-            "p_value": s.p_value,
-            "q_value": s.q_value,
-            "sigma": s.sigma,
-            "moved": s.moved,
-            "control_change": None if s.control_change is None else math.expm1(s.control_change),
-        }
+        r = {"case_name": SUITE, "status": "pass", **_screen_fields(screen.suite)}
         r.update(_confirmed_fields(decision.suite_confirmation if decision else None))
         rows.append(r)
     return rows
+
+
+def _screen_fields(s: CaseScreen) -> dict:
+    """A verdict row's screening columns from a case's (or the suite's) screen."""
+    return {
+        "change": math.expm1(s.change),
+        "tested_change": math.expm1(s.tested_change),
+        "threshold": math.expm1(s.threshold),
+        "z": s.z,
+        "p_value": s.p_value,
+        "q_value": s.q_value,
+        "sigma": s.sigma,
+        "moved": s.moved,
+        "throttled": s.throttled,
+        "control_change": None if s.control_change is None else math.expm1(s.control_change),
+        "clock_change": None if s.clock_change is None else math.expm1(s.clock_change),
+    }
 
 
 def _confirmed_fields(c: CaseConfirmation | None) -> dict:
@@ -365,40 +358,22 @@ def judge_run(
         return Outcome(run_id, verdict, msg)
 
     series, own = load_series(db, info, ancestry, cfg)
-    noise = series.noise(own.kernel)
-    screen = series.screen(own, noise)
-    parent = screen.level_commits[-1] if screen.level_commits else None
-    step_id = f"{run_id[:12]}-{new_step_id()[:6]}"
-    pairs = None
-    if screen.moved and not screen.baseline and confirm is not None and parent is not None:
-        pending = Step(
-            step_id,
-            own.commit,
-            parent,
-            "pending",
-            "slower" if (screen.suite.change if screen.suite else 0) > 0 else "faster",
+    step_id = f"{run_id[:16]}-step"  # one per run: a run judged again (its runner died) replaces its step
+
+    def on_suspect(screen: Screen, pending: Step) -> None:
+        against = (pending.parent or "?")[:12]
+        row, _ = _step_rows(pending, info, run_id, f"moved at screening; confirming against {against}")
+        verdict = _verdict_row(
+            info, "suspect", f"moved at screening; re-measuring it against {against}", step_id=step_id
         )
-        row, _ = _step_rows(pending, info, run_id, "moved at screening; confirming against " + parent[:12])
-        record_judgement(
-            db,
-            Judgement(
-                _verdict_row(
-                    info, "suspect", f"moved at screening; re-measuring it against {parent[:12]}", step_id=step_id
-                ),
-                _case_rows(screen, None, statuses),
-                row,
-            ),
-        )
-        labelled = confirm(parent, own.commit, screen.cases_to_confirm())
-        pairs = _pairs(db, labelled)
-        series, own = load_series(db, info, ancestry, cfg)  # the confirmation's runs are now in the history
-        noise = series.noise(own.kernel)
-    decision = series.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
-    judgement = _judgement(info, run_id, screen, decision, statuses, noise)
-    record_judgement(db, judgement)
+        record_judgement(db, Judgement(verdict, _case_rows(screen, None, statuses), row))
+
+    runs = _confirm_runs(db, confirm) if confirm is not None else None
+    screen, decision, noise = series.judge(own, runs, step_id=step_id, on_suspect=on_suspect)
+    record_judgement(db, _judgement(info, run_id, screen, decision, statuses, noise))
     out = Outcome(run_id, decision.verdict, decision.message, decision.step.step_id if decision.step else None)
-    if late and confirm is not None:
-        out.late = _late_step(db, info, ancestry, cfg, confirm)
+    if late and runs is not None:
+        out.late = _late_step(db, info, series, runs)
     return out
 
 
@@ -422,7 +397,7 @@ def _judgement(
             suite_change=decision.step.suite.change, suite_lo=decision.step.suite.lo, suite_hi=decision.step.suite.hi
         )
     elif screen.suite is not None:
-        ch = Change.from_log(screen.suite.change, screen.suite.threshold)
+        ch = screen.suite.interval()  # 95 %: change ± 1.96 se (not ± the threshold it was tested against)
         extra.update(suite_change=ch.change, suite_lo=ch.lo, suite_hi=ch.hi)
     j = Judgement(
         _verdict_row(info, decision.verdict, decision.message, **extra),
@@ -435,34 +410,27 @@ def _judgement(
     return j
 
 
-def _pairs(db: Database, labelled: list[tuple[str, str]]) -> list[tuple[RunFigures, RunFigures]]:
-    runs = []
-    for label, rid in labelled:
-        figs = figures_from_rows(queries.run_figures(db, rid))
-        if figs:
-            runs.append((label, figs[0]))
-    return pair_up(runs)
+def _confirm_runs(db: Database, confirm: Confirm) -> ConfirmRuns:
+    """``confirm`` (which measures and stores runs) as the judging reads it: the stored runs' figures."""
+
+    def runs(parent: str, commit: str, cases: list[str]) -> list[tuple[str, RunFigures]]:
+        out = []
+        for label, rid in confirm(parent, commit, cases):
+            figs = figures_from_rows(queries.run_figures(db, rid))
+            if figs:
+                out.append((label, figs[0]))
+        return out
+
+    return runs
 
 
-def _late_step(
-    db: Database, info: dict, ancestry: Sequence[str] | None, cfg: JudgeConfig, confirm: Confirm
-) -> str | None:
-    series, own = load_series(db, info, ancestry, cfg)
-    series.add_run(own)
-    cand = series.late_candidate()
-    if cand is None:
+def _late_step(db: Database, info: dict, series: Series, runs: ConfirmRuns) -> str | None:
+    """A late step in the series the run just joined (``Series.late``), stored on the culprit's run."""
+    d = series.late(runs, step_id=lambda culprit: f"late-{culprit[:12]}-{new_step_id()[:6]}")
+    if d is None or d.step is None:
         return None
-    culprit, parent, cases, change = cand
-    labelled = confirm(parent, culprit, cases)
-    series, own = load_series(db, info, ancestry, cfg)
-    series.add_run(own)
-    step_id = f"late-{culprit[:12]}-{new_step_id()[:6]}"
-    d = series.decide_late(culprit, parent, cases, change, _pairs(db, labelled), step_id=step_id)
-    if d.step is None:
-        return None
-    culprit_run = next(
-        (r.run_id for r in series.points[series.index_of(culprit) or 0].runs if r.purpose == "measure"), None
-    )
+    idx = series.index_of(d.step.commit)
+    culprit_run = next((r.run_id for r in series.points[idx or 0].runs if r.purpose == "measure"), None)
     row, step_cases = _step_rows(d.step, info, culprit_run, d.message)
     record_step(db, row, step_cases, d.fixes)
-    return f"late step at {culprit[:12]}: {d.message}"
+    return f"late step at {d.step.commit[:12]}: {d.message}"

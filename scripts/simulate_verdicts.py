@@ -18,7 +18,8 @@ a hundred throttled (every case and the in-run baselines slower by 5-15 %, the S
 Each series gets planted steps (2, 3, 5 and 10 %, on the whole suite or on one case, slower or faster,
 half of the slowdowns reverted a few commits later) among neutral commits; a run that moves at screening is
 confirmed with interleaved pairs drawn the same way; late steps are looked for after every commit. Every
-decision is made by ``ci.judge`` (the code the runner uses), with its default ``JudgeConfig``.
+decision is made by ``ci.judge`` through ``Series.judge`` and ``Series.late``, the flow ``ci.judging`` runs on the
+runner's stored runs, with its default ``JudgeConfig``; each commit's runs carry its job id, as stored ones do.
 
 Reported: false alarms per 100 neutral commits (a confirmed step on a commit that changed nothing), at the
 suite level (8 or more cases, or the suite) and the case level (any case), commits blamed within ten
@@ -43,8 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ci.judge import JudgeConfig, RunFigures, Series, clean_pairs, interleave, pair_up  # noqa: E402
+from ci.judge import ConfirmRuns, JudgeConfig, RunFigures, Series, clean_pairs, interleave, pair_up  # noqa: E402
 from kernel.workload import CASES  # noqa: E402
+from storage.schema import BOUNDARY_STATUSES  # noqa: E402
 
 DOC = ROOT / "docs" / "verdicts.md"
 BEGIN, END = "<!-- simulation:begin -->", "<!-- simulation:end -->"
@@ -246,23 +248,27 @@ def plant(n: int, rng: random.Random) -> list[Planted]:
     return out
 
 
-def confirm_runs(
-    machine: Machine, levels: list[dict[str, float]], k: int, cases: list[str], job: int, cfg: JudgeConfig
-) -> list[tuple[str, RunFigures]]:
-    """Interleaved runs of commit k (B) and its parent (A) until ``cfg.pairs`` pairs are unthrottled (at most
-    two pairs more), as the runner does."""
-    runs: list[tuple[str, RunFigures]] = []
-    order = interleave(cfg.pairs + 2)
-    while len(runs) < len(order):
-        for label in order[len(runs) : len(runs) + 2]:
-            j = k - 1 if label == "A" else k
-            runs.append((label, machine.run(f"c{j}", levels[j], purpose="confirm", job=job, cases=cases)))
-        if len(clean_pairs(pair_up(runs), cases)) >= cfg.pairs:
-            break
+def confirmer(machine: Machine, levels: list[dict[str, float]], cfg: JudgeConfig, job: list[int]) -> ConfirmRuns:
+    """Interleaved runs of a commit (B) and its parent (A), in the current job, until ``cfg.pairs`` pairs are
+    unthrottled (at most two pairs more), as the runner measures them."""
+
+    def runs(parent: str, commit: str, cases: list[str]) -> list[tuple[str, RunFigures]]:
+        k, p = int(commit[1:]), int(parent[1:])
+        out: list[tuple[str, RunFigures]] = []
+        order = interleave(cfg.pairs + 2)
+        while len(out) < len(order):
+            for label in order[len(out) : len(out) + 2]:
+                j = p if label == "A" else k
+                out.append((label, machine.run(f"c{j}", levels[j], purpose="confirm", job=job[0], cases=cases)))
+            if len(clean_pairs(pair_up(out), cases)) >= cfg.pairs:
+                break
+        return out
+
     return runs
 
 
 def simulate_series(fit: NoiseFit, n: int, rng: random.Random, cfg: JudgeConfig) -> Outcome:
+    """One series through ``Series.judge`` and ``Series.late``: the flow ``ci.judging`` runs on stored runs."""
     machine = Machine(fit, rng)
     planted = plant(n, rng)
     at = {p.index: p for p in planted}
@@ -276,50 +282,37 @@ def simulate_series(fit: NoiseFit, n: int, rng: random.Random, cfg: JudgeConfig)
         levels.append(dict(level))
     series = Series([], [], cfg)
     out = Outcome(planted)
-    job = 0
+    job = [0]  # one job per commit: its run, its confirmation, a late search's confirmation
+    measured = confirmer(machine, levels, cfg, job)
+
+    def counted(parent: str, commit: str, cases: list[str]) -> list[tuple[str, RunFigures]]:
+        runs = measured(parent, commit, cases)
+        out.confirm_runs += len(runs)
+        return runs
+
+    def suspect(_screen: object, _step: object) -> None:
+        out.suspects += 1
+
     for i in range(n):
-        commit = f"c{i}"
-        run = machine.run(commit, levels[i])
+        job[0] = i + 1
+        run = machine.run(f"c{i}", levels[i], job=job[0])
         out.runs += 1
-        screen = series.screen(run)
-        series.add_run(run)
-        decision = None
-        if screen.moved and not screen.baseline:
-            out.suspects += 1
-            job += 1
-            tested = screen.cases_to_confirm()
-            runs = confirm_runs(machine, levels, i, tested, job, cfg)
-            out.confirm_runs += len(runs)
-            decision = series.decide(screen, pair_up(runs), step_id=f"s{i}", parent=f"c{i - 1}")
-            for _, r in runs:
-                series.add_run(r)
-        elif not screen.baseline:
-            decision = series.decide(screen, None, step_id=f"s{i}", parent=f"c{i - 1}")
-        if decision is not None and decision.step is not None:
-            series.apply(decision)
+        _, decision, _ = series.judge(run, counted, step_id=f"s{i}", on_suspect=suspect)
+        if decision.step is not None:
             s = decision.step
             out.steps.append((i, s.status, s.detected_by, list(s.cases), s.direction))
-        late = series.late_candidate()
+        late = series.late(counted, step_id=lambda culprit: f"l{culprit}")
         if late is not None:
-            culprit, parent, cases, change = late
-            k = int(culprit[1:])
             out.late_tries += 1
-            job += 1
-            runs = confirm_runs(machine, levels, k, cases, job, cfg)
-            out.confirm_runs += len(runs)
-            d = series.decide_late(culprit, parent, cases, change, pair_up(runs), step_id=f"l{k}")
-            for _, r in runs:
-                series.add_run(r)
-            if d.step is not None:
-                series.apply(d)
-                s = d.step
-                out.steps.append((k, s.status, s.detected_by, list(s.cases), s.direction))
+            if late.step is not None:
+                s = late.step
+                out.steps.append((int(s.commit[1:]), s.status, s.detected_by, list(s.cases), s.direction))
     out.neutral = n - len(planted)
     return out
 
 
 # ------------------------------------------------------------------------------------------------ scoring
-CONFIRMED = ("open", "improvement", "fixed", "acknowledged")
+CONFIRMED = BOUNDARY_STATUSES  # the steps judging stands by
 
 
 def score(outcomes: list[Outcome]) -> dict:

@@ -116,13 +116,30 @@ def _write_step(
 
 
 def record_judgement(db: Database, j: Judgement) -> None:
-    """Store a judgement: replaces the run's earlier verdict (a job retried after its runner died is judged
-    again) and the step of the same id; marks the fixed steps; refreshes the series' noise rows."""
+    """Store a judgement: replaces the run's earlier verdict and step (a job retried after its runner died is
+    judged again: what its first judging left, a pending step say, goes; the steps that one fixed are open
+    again until this judgement says otherwise); marks the fixed steps; refreshes the series' noise rows. Late
+    steps stored on the run (found at its commit later) stay."""
     now = _now()
     run_id = j.verdict["run_id"]
+    keep = j.step["step_id"] if j.step is not None else ""
     with db.transaction() as conn:
         conn.execute("DELETE FROM verdicts WHERE run_id = ?", [run_id])
         conn.execute("DELETE FROM verdict_cases WHERE run_id = ?", [run_id])
+        stale = [
+            r[0]
+            for r in conn.execute(
+                "SELECT step_id FROM steps WHERE run_id = ? AND detected_by <> 'late' AND step_id <> ?", [run_id, keep]
+            ).fetchall()
+        ]
+        if stale:
+            conn.execute(
+                "UPDATE steps SET status = 'open', fixed_by = NULL, updated_at = ? "
+                "WHERE list_contains(?::VARCHAR[], fixed_by)",
+                [now, stale],
+            )
+            conn.execute("DELETE FROM step_cases WHERE list_contains(?::VARCHAR[], step_id)", [stale])
+            conn.execute("DELETE FROM steps WHERE list_contains(?::VARCHAR[], step_id)", [stale])
         insert_rows(conn, "verdicts", [[*_row(j.verdict, VERDICT_COLUMNS), now]])
         insert_rows(conn, "verdict_cases", [[run_id, *_row(c, CASE_COLUMNS)] for c in j.cases])
         if j.step is not None:

@@ -74,29 +74,27 @@ def history(m: Machine, n: int, level: float = 1.0, prefix: str = "h", cfg: Judg
     return s
 
 
-def confirm(m: Machine, series: Series, parent: str, commit: str, lv_a, lv_b, cases=None, pairs=2, **kw):
+def confirm_runs(m: Machine, parent: str, commit: str, lv_a, lv_b, cases=None, pairs=2, **kw):
+    """Interleaved re-measurements of commit (B) against parent (A) in one job, labelled, in order."""
     job = m.n + 1000
     runs = []
     for label in interleave(pairs):
         c, lv = (parent, lv_a) if label == "A" else (commit, lv_b)
         runs.append((label, m.run(c, lv, cases=cases, purpose="confirm", job=job, **kw)))
-    return pair_up(runs)
+    return runs
+
+
+def confirm(m: Machine, series: Series, parent: str, commit: str, lv_a, lv_b, cases=None, pairs=2, **kw):
+    return pair_up(confirm_runs(m, parent, commit, lv_a, lv_b, cases, pairs, **kw))
 
 
 def judge(m: Machine, s: Series, run: RunFigures, lv_parent, lv_run, *, confirm_it=True, **kw):
-    """Screen, confirm (when it moved), decide, apply: what the runner does."""
-    screen = s.screen(run)
-    s.add_run(run)
-    pairs = None
-    parent = screen.level_commits[-1] if screen.level_commits else None
-    if screen.moved and confirm_it and parent:
-        pairs = confirm(m, s, parent, run.commit, lv_parent, lv_run, cases=screen.cases_to_confirm(), **kw)
-    d = s.decide(screen, pairs, step_id=f"s-{run.commit}", parent=parent)
-    if pairs:
-        for a, b in pairs:
-            s.add_run(a)
-            s.add_run(b)
-    s.apply(d)
+    """What the runner does (Series.judge), the re-measurement on this machine."""
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        return confirm_runs(m, parent, commit, lv_parent, lv_run, cases=cases, **kw)
+
+    screen, d, _ = s.judge(run, runs if confirm_it else None, step_id=f"s-{run.commit}")
     return screen, d
 
 
@@ -357,3 +355,75 @@ def test_the_verdicts_page_was_made_with_these_rules():
     text = (root / "docs" / "verdicts.md").read_text()
     assert f"judge config `{sim.config_hash(JudgeConfig())}`" in text
     assert "| false alarms per 100 neutral commits, suite level |" in text
+
+
+# ------------------------------------------------------------------------------------------------ review holes
+def test_the_aa_spread_comes_from_confirmation_runs_not_the_screened_run_of_the_job():
+    """The screened run of a job was re-measured because it moved: counted with its job's confirmation runs,
+    it would inflate the A/A spread and weaken every later confirmation."""
+    m = Machine(sigma=0.01, seed=3)
+    s = history(m, 60)
+    quiet = Machine(sigma=0.002, seed=4)
+    for j in range(30):
+        s.add_run(quiet.run(f"h{j}", 1.05, purpose="measure", job=j))  # the screened run: it moved (+5 %)
+        for _ in range(2):
+            s.add_run(quiet.run(f"h{j}", 1.0, purpose="confirm", job=j))
+    noise = estimate_noise(s.points, s.steps, NAMES, JudgeConfig())
+    assert noise.n_pair[NAMES[0]] == 30
+    assert noise.pair[NAMES[0]] < 0.005 < noise.screen[NAMES[0]], noise.pair[NAMES[0]]
+
+
+def test_a_throttled_point_does_not_switch_the_late_search_off():
+    m = Machine(sigma=0.003, seed=13)
+    s = history(m, 10)
+    s.points[3].runs[0] = m.run("h3", 1.0, throttled=True)  # NVML saw throttling in an old run of the level
+    level = dict.fromkeys(NAMES, 1.0) | {"B1_S256": 1.03}
+    s.add_run(m.run("culprit", level))
+    for i in range(5):
+        s.add_run(m.run(f"later{i}", level, throttled=i == 2))
+    cand = s.late_candidate()
+    assert cand is not None
+    culprit, parent, cases, change = cand
+    assert (culprit, parent) == ("culprit", "h9") and cases == ["B1_S256"] and change > 0.02
+
+
+def test_a_step_that_does_not_reproduce_keeps_the_way_its_case_moved():
+    """One case 8 % slower, the others 1 % faster: the suite leans faster, the step is a slowdown."""
+    m = Machine(sigma=0.003, seed=21)
+    s = history(m, 10)
+    level = dict.fromkeys(NAMES, 0.99) | {"B1_S256": 1.08}
+    screen, d = judge(m, s, m.run("c", level), 1.0, 1.0)  # the pairs show nothing: not reproduced
+    assert screen.moved_cases == ["B1_S256"] and screen.suite is not None and screen.suite.change < 0
+    assert d.verdict == "not_reproduced" and d.step.direction == "slower"
+    assert screen.direction == "slower"
+
+
+def test_a_suite_wide_change_confirms_each_case_its_own_way():
+    """A uniform +3 %: each case's change net of the common shift is noise, so the way a case must confirm
+    is its own change, not that residual; every case is confirmed, not a random half."""
+    m = Machine(sigma=0.003, seed=17)
+    s = history(m, 10)
+    screen, d = judge(m, s, m.run("c", 1.03), 1.0, 1.03)
+    assert screen.suite is not None and screen.suite.moved and d.verdict == "regressed"
+    assert len(d.confirmation) == len(NAMES) and all(x.confirmed for x in d.confirmation.values())
+    assert len(d.step.cases) == len(NAMES)
+
+
+def test_series_judge_adds_the_run_its_confirmation_and_its_step():
+    """Series.judge is the one flow (the runner's and the simulation's): afterwards the run, the pairs and the
+    step are in the series, and the next commit at the new level passes."""
+    m = Machine(sigma=0.003, seed=5)
+    s = history(m, 10)
+    calls: list = []
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        calls.append((parent, commit))
+        return confirm_runs(m, parent, commit, 1.0, 1.05, cases=cases)
+
+    pending: list = []
+    _, d, _ = s.judge(m.run("c", 1.05), runs, step_id="s1", on_suspect=lambda sc, st: pending.append(st))
+    assert calls == [("h9", "c")] and [(p.status, p.direction) for p in pending] == [("pending", "slower")]
+    assert d.verdict == "regressed" and s.steps[-1].step_id == "s1" and s.steps[-1].status == "open"
+    assert len(s.points[s.index_of("c")].runs) == 3  # its run and its two confirmation runs
+    _, nxt, _ = s.judge(m.run("d", 1.05), runs, step_id="s2")
+    assert nxt.verdict == "pass" and calls == [("h9", "c")]

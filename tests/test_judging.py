@@ -9,6 +9,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ci.judging import judge_run
@@ -238,3 +239,47 @@ def test_dashboard_reads_stored_steps_without_running_detection(db: Database) ->
     proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_run_judged_again_after_its_runner_died_mid_confirmation_keeps_one_step(db: Database) -> None:
+    """The runner died while re-measuring (its pending step was stored); the retried job judges the run
+    again: one step for the run, the confirmed one, no pending step left behind."""
+    lab = Lab(db)
+    commits = chain(10)
+    for c in commits[:8]:
+        judge_run(db, lab.run(c), ancestry=commits[: commits.index(c) + 1][::-1])
+    slow = lab.run("c8", 1.05)
+
+    def dies(parent, commit, cases):
+        raise RuntimeError("the runner was killed")
+
+    with pytest.raises(RuntimeError):
+        judge_run(db, slow, ancestry=commits[:9][::-1], confirm=dies)
+    assert list(queries.changes(db)["status"]) == ["pending"]
+    out = judge_run(db, slow, ancestry=commits[:9][::-1], confirm=lab.confirmer({"c8": 1.05}))
+    assert out.verdict == "regressed"
+    steps = queries.changes(db)
+    assert list(steps["status"]) == ["open"] and steps.iloc[0]["step_id"] == out.step_id
+    vc = queries.verdict_cases(db, slow).set_index("case")
+    assert not pd.isna(vc.loc["__suite__", "throttled"])  # the suite row has the screening columns too
+
+
+def test_a_screened_suite_change_is_stored_with_its_confidence_interval_not_the_threshold(db: Database) -> None:
+    """A run that did not move stores its suite change with a 95 % interval (± 1.96 se). It used to store ± the
+    screening threshold (at least 2 %), so a quiet run read "+0.1 % [-1.9 %, +2.1 %]" on the dashboard and in
+    solci history, whatever the noise."""
+    import math
+
+    lab = Lab(db, sigma=0.001)
+    commits = chain(12)
+    for i, c in enumerate(commits):
+        judge_run(db, lab.run(c), ancestry=commits[: i + 1][::-1])
+    last = lab.run("c12")
+    out = judge_run(db, last, ancestry=["c12", *commits[::-1]])
+    assert out.verdict == "pass"
+    v = queries.verdict(db, last)
+    suite = queries.verdict_cases(db, last).set_index("case").loc["__suite__"]
+    d = math.log1p(v["suite_change"])
+    half = (math.log1p(v["suite_hi"]) - math.log1p(v["suite_lo"])) / 2
+    assert math.isclose(math.log1p(v["suite_hi"]) - d, half, rel_tol=1e-6)
+    assert half < 0.8 * math.log1p(suite["threshold"]), (half, suite["threshold"])  # 1.96 se, not the 3 se bar
