@@ -157,21 +157,31 @@ def _flag_markers(
         k = k[k["run_id"].map(lambda r: r in y_of and y_of[r] is not None and not pd.isna(y_of[r]))]
         if k.empty:
             continue
+        trace = _marker_trace(k["run_id"], labels, y_of, (symbol, color, name), [html(m) for m in k["message"]])
         out.append(
-            {
-                "type": "scatter",
-                "x": [labels[r] for r in k["run_id"]],
-                "y": [y_of[r] for r in k["run_id"]],
-                "mode": "markers",
-                "name": name,
-                "marker": {"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
-                "text": [html(m) for m in k["message"]],
-                "hovertemplate": "%{x}<br>%{text}<extra>" + name + "</extra>",
-                "legendgroup": f"flag-{kind}",
-                **trace_kw,
-            }
+            trace
+            | {"hovertemplate": "%{x}<br>%{text}<extra>" + name + "</extra>"}
+            | {"legendgroup": f"flag-{kind}", **trace_kw}
         )
     return out
+
+
+def _marker_trace(
+    run_ids: pd.Series, labels: dict[str, str], y_of: dict[str, float], style: tuple[str, str, str], text: list[str]
+) -> dict:
+    """A marker trace (a dict) at these runs' x (``labels``) and y (``y_of``): ``style`` (symbol, colour, legend
+    name), one hover ``text`` (already escaped) per run."""
+    symbol, color, name = style
+    return {
+        "type": "scatter",
+        "x": [labels[r] for r in run_ids],
+        "y": [y_of[r] for r in run_ids],
+        "mode": "markers",
+        "name": name,
+        "marker": {"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
+        "text": text,
+        "hovertemplate": "%{x}<br>%{text}<extra></extra>",
+    }
 
 
 def _run_marks(df: pd.DataFrame, labels: dict[str, str], y_of: dict[str, float], *, suite: bool) -> list[dict]:
@@ -203,18 +213,7 @@ def _run_marks(df: pd.DataFrame, labels: dict[str, str], y_of: dict[str, float],
             ]
         else:
             text = ["another case of this run failed: no figure"] * len(rows)
-        out.append(
-            {
-                "type": "scatter",
-                "x": [labels[r] for r in rows["run_id"]],
-                "y": [y_of[r] for r in rows["run_id"]],
-                "mode": "markers",
-                "name": name,
-                "marker": {"symbol": symbol, "size": 14, "color": color, "line": {"width": 1}},
-                "text": text,
-                "hovertemplate": "%{x}<br>%{text}<extra></extra>",
-            }
-        )
+        out.append(_marker_trace(rows["run_id"], labels, y_of, (symbol, color, name), text))
     return out
 
 

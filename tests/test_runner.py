@@ -91,6 +91,15 @@ def db(tmp_path: Path) -> Database:
     return Database(tmp_path / "history.duckdb", lock_timeout=20)
 
 
+def five_queued_commits(db: Database, tmp_path: Path) -> list[str]:
+    """Five new commits of a small repository, queued on main oldest first: their shas."""
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
+    for sha in shas:
+        enqueue(db, str(repo.path), sha, branch="main")
+    return shas
+
+
 def test_exit_codes() -> None:
     """0 ok, 3 a confirmed regression, 1 the commit is broken, 4 the infrastructure; the worst wins."""
     assert exit_code_for([]) == EXIT_OK
@@ -398,10 +407,7 @@ def test_a_stop_signal_during_watch_once_exits_130_not_0(tmp_path: Path, monkeyp
 
 def test_measurement_and_confirmation_runs_show_their_progress(db: Database, tmp_path: Path) -> None:
     """One progress line format (Runner._progress) for the measurement and each confirmation run."""
-    repo = small_repo(tmp_path / "repo", n_commits=1)
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
+    shas = five_queued_commits(db, tmp_path)
 
     class Chatty(FakeExecutor):
         def execute(self, source, commit, *, branch, repo, options):
@@ -728,10 +734,7 @@ def test_a_forged_confirmation_document_is_a_rejected_run_not_a_runner_crash(
     before validation, so a forged one raised in the runner (KeyError / SchemaError: the job an infrastructure
     error, exit 4, and no verdict). Now it is validated first, stored as a rejected run, and the confirmation
     stops there: the job finishes with a verdict."""
-    repo = small_repo(tmp_path / "repo", n_commits=1)
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
+    shas = five_queued_commits(db, tmp_path)
 
     class Forger(FakeExecutor):
         def execute(self, source, commit, *, branch, repo, options):
