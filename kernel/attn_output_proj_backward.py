@@ -11,6 +11,7 @@ work. Accumulation is float32. grad_attn_output is written straight into the (B,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -18,6 +19,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernel import fast_launch
 from kernel.configs import WARP_SPECIALIZE, KernelConfig, bucket_for, config_for, interpreter_active
 from kernel.schedule import Plan, plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
@@ -544,7 +546,7 @@ def launch_arguments(
     ``descs`` are the host tensor descriptors as (tensor, block shape[, shape it is viewed as]) for grad_output,
     weight, grad_output, reshaped, grad_weight and grad_attn_output viewed (B*H, S, D) (no view object is made
     on this hot path), or None when the kernel builds them itself or does not use TMA. ``constexprs`` follow
-    ``_CONSTEXPR_NAMES``.
+    ``CONSTEXPR_NAMES``.
     """
     m = go2.shape[0]
     fp32_dot = not cuda  # the interpreter has no bf16 dot: accumulate in fp32
@@ -583,32 +585,7 @@ def launch_arguments(
     return descs, args, constexprs
 
 
-# Compiled kernels by (device, configuration, constexprs): after the first launch through Triton's JIT
-# dispatcher, later launches call the compiled kernel's launcher directly, which saves tens of microseconds of
-# host time per call (the dispatcher re-derives the specialisation key from every argument each time).
-_COMPILED: dict[tuple, object] = {}
-
-
-def _hook_active(hook: object) -> bool:
-    """A launch hook someone registered (a profiler, say): then launch through the JIT so it sees the call."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
-class _LightDesc:
-    """What Triton's launcher reads from a host tensor descriptor (base, shape, strides, padding), made cheaply.
-
-    Used only after the kernel was compiled with real ``TensorDescriptor`` arguments of the same block shapes.
-    """
-
-    __slots__ = ("base", "padding", "shape", "strides")
-
-    def __init__(self, base: torch.Tensor, shape: tuple[int, ...] | None = None) -> None:
-        self.base = base
-        self.shape, self.strides = _shape_strides(base, shape)
-        self.padding = "zero"
-
-
-def _shape_strides(base: torch.Tensor, shape: tuple[int, ...] | None = None) -> tuple[list[int], list[int]]:
+def shape_strides(base: torch.Tensor, shape: tuple[int, ...] | None = None) -> tuple[list[int], list[int]]:
     """Shape and strides of a contiguous ``base`` read as ``shape`` (its own shape when None)."""
     if shape is None:
         return list(base.shape), list(base.stride())
@@ -618,7 +595,7 @@ def _shape_strides(base: torch.Tensor, shape: tuple[int, ...] | None = None) -> 
     return list(shape), strides
 
 
-_CONSTEXPR_NAMES = (
+CONSTEXPR_NAMES = (
     "GA_FIRST",
     "TMA_STORE",
     "GA_TMA",
@@ -647,52 +624,36 @@ def _launch(
     constexprs: tuple,
     cfg: KernelConfig,
 ) -> None:
-    if device.type != "cuda":  # the interpreter
-        full = _real_descs(descs) + args
-        _fused_bwd_kernel[(grid0,)](
-            *full,
-            **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
-        return
+    """One launch: through Triton's dispatcher the first time a configuration runs on a device (it compiles
+    it), under the interpreter, or with a launch hook registered; later through ``kernel.fast_launch``."""
     key = (device.index, cfg, constexprs)
-    compiled = _COMPILED.get(key)
-    hooks = triton.knobs.runtime
-    if compiled is None or _hook_active(hooks.launch_enter_hook) or _hook_active(hooks.launch_exit_hook):
-        full = _real_descs(descs) + args
-        with torch.cuda.device(device):
-            _COMPILED[key] = _fused_bwd_kernel[(grid0,)](
+    compiled = fast_launch.compiled_for(key) if device.type == "cuda" else None
+    if compiled is None:
+        full = tensor_descriptors(descs) + args
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            kernel = _fused_bwd_kernel[(grid0,)](
                 *full,
-                **dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True)),
+                **dict(zip(CONSTEXPR_NAMES, constexprs, strict=True)),
                 num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages,
             )
+        if device.type == "cuda":
+            fast_launch.remember(key, kernel)
         return
-    lead = (None,) * 6 if descs is None else tuple(None if d is None else _LightDesc(d[0], *d[2:]) for d in descs)
-    launch = functools.partial(
-        compiled.run,  # type: ignore[attr-defined]
-        grid0,
-        1,
-        1,
-        stream,
-        compiled.function,
-        compiled.packed_metadata,  # type: ignore[attr-defined]
-        None,
-        None,
-        None,
-        *lead,
-        *args,
-        *constexprs,
+    parts = (
+        (None,) * 6
+        if descs is None
+        else tuple(None if d is None else (d[0], *shape_strides(d[0], *d[2:])) for d in descs)
     )
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the compiled function belongs to that device's context
-            launch()
+            fast_launch.launch(compiled, (grid0, 1, 1), stream, parts, (*args, *constexprs))
     else:
-        launch()
+        fast_launch.launch(compiled, (grid0, 1, 1), stream, parts, (*args, *constexprs))
 
 
-def _real_descs(descs: tuple | None) -> tuple:
+def tensor_descriptors(descs: tuple | None) -> tuple:
+    """The host tensor descriptors (``TensorDescriptor``) the dispatcher is given: see ``launch_arguments``."""
     if descs is None:
         return (None,) * 6
     out = []
@@ -700,6 +661,6 @@ def _real_descs(descs: tuple | None) -> tuple:
         if d is None:
             out.append(None)
         else:
-            shape, strides = _shape_strides(d[0], *d[2:])
+            shape, strides = shape_strides(d[0], *d[2:])
             out.append(TensorDescriptor(d[0], shape, strides, list(d[1])))
     return tuple(out)

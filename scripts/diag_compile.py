@@ -16,9 +16,8 @@ import torch
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile, make_backend
 from triton.runtime.jit import create_function_from_signature
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernel.attn_output_proj_backward import _CONSTEXPR_NAMES, _fused_bwd_kernel, _shape_strides, launch_arguments
+from kernel.attn_output_proj_backward import CONSTEXPR_NAMES, _fused_bwd_kernel, launch_arguments, tensor_descriptors
 from kernel.configs import config_for
 from kernel.schedule import plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
@@ -35,15 +34,8 @@ def compile_for(m: int, s: int, cfg, programs: int = 132):
     cfg = replace(cfg, device_desc=False)  # the CUDA path with host tensor descriptors
     specs, args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, cuda=True)
 
-    def desc(spec):
-        if spec is None:
-            return None
-        t, block, *shape = spec
-        sh, st = _shape_strides(t, shape[0] if shape else None)
-        return TensorDescriptor(t, sh, st, list(block))
-
-    args = (*(desc(spec) for spec in specs or (None,) * 6), *args)
-    kwargs = dict(zip(_CONSTEXPR_NAMES, constexprs, strict=True))
+    args = (*tensor_descriptors(specs), *args)
+    kwargs = dict(zip(CONSTEXPR_NAMES, constexprs, strict=True))
     kwargs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
