@@ -7,6 +7,8 @@ imported without torch and Triton, which keeps the ``solci`` commands that only 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _EXPORTS = {
@@ -28,3 +30,18 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """``kernel`` keeps its public function when its module of the same name is imported: the import system
+    binds a loaded submodule on its package (``kernel.attn_output_proj_backward = <module>``), which would
+    shadow the function for every later ``from kernel import attn_output_proj_backward``. The module stays
+    reachable as ``sys.modules["kernel.attn_output_proj_backward"]`` (``importlib.import_module``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == _EXPORTS[name]:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,6 +13,8 @@ from kernel import attn_output_proj_backward, kernel_config
 from kernel.configs import M_BUCKETS, bucket_for, config_for, interpreter_active
 from kernel.reference import make_inputs
 from tests.kernel_checks import run_and_check
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not interpreter_active(), reason="CPU tests run under TRITON_INTERPRET=1")
 
@@ -205,3 +211,20 @@ def test_bench_configs_file_round_trips_and_bad_files_are_named(tmp_path) -> Non
             path.write_text(text)
         with pytest.raises(ValueError, match=name):
             load_configs(str(path))
+
+
+def test_importing_the_kernel_module_first_keeps_the_public_function() -> None:
+    """``import kernel.attn_output_proj_backward`` (the launcher's module, of the function's name) before
+    ``from kernel import attn_output_proj_backward`` used to bind the module on the package, so the second
+    import gave a module: 'module' object is not callable, in the harness as in the tests."""
+    code = (
+        "import importlib, types\n"
+        "from kernel.attn_output_proj_backward import launch_arguments\n"
+        "from kernel import attn_output_proj_backward as f, kernel_config\n"
+        "assert callable(f) and not isinstance(f, types.ModuleType), f\n"
+        "mod = importlib.import_module('kernel.attn_output_proj_backward')\n"
+        "assert isinstance(mod, types.ModuleType) and mod.attn_output_proj_backward is f\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
