@@ -301,6 +301,19 @@ def _figure(run: RunFigures, case: str, cases: Sequence[str]) -> float | None:
     return run.suite_log(cases) if case == SUITE else run.log(case)
 
 
+CONTROL_IMPLS = ("cublas", "eager")  # the in-run baseline a change is held against: cuBLAS, else eager
+
+
+def control_shift(a: RunFigures, b: RunFigures, case: str) -> float | None:
+    """The in-run control's log change from run ``a`` to run ``b`` on ``case``: the first of CONTROL_IMPLS that
+    both runs timed; None when neither did."""
+    for impl in CONTROL_IMPLS:
+        ca, cb = a.control_log(impl, case), b.control_log(impl, case)
+        if ca is not None and cb is not None:
+            return cb - ca
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ screening
 @dataclass(frozen=True)
 class CaseScreen:
@@ -533,7 +546,7 @@ class Series:
         return out
 
     def _control_change(self, run: RunFigures, level: Sequence[Point], case: str) -> float | None:
-        for impl in ("cublas", "eager"):
+        for impl in CONTROL_IMPLS:
             x = run.control_log(impl, case)
             vals = [v for v in (p.control(impl, case) for p in level) if v is not None]
             if x is not None and vals:
@@ -696,11 +709,9 @@ class Series:
             if la is None or lb is None:
                 continue
             ratios.append(lb - la)
-            ca, cb = a.control_log("cublas", case), b.control_log("cublas", case)
-            if ca is None or cb is None:
-                ca, cb = a.control_log("eager", case), b.control_log("eager", case)
-            if ca is not None and cb is not None:
-                controls.append(cb - ca)
+            ctl = control_shift(a, b, case)
+            if ctl is not None:
+                controls.append(ctl)
             fa, fb = a.clock_mhz.get(case), b.clock_mhz.get(case)
             if fa and fb:
                 cycles.append(lb - la + math.log(fb / fa))
@@ -722,11 +733,7 @@ class Series:
             if la is None or lb is None:
                 continue
             ratios.append(lb - la)
-            ctl = [
-                (b.control_log("cublas", c) or 0.0) - (a.control_log("cublas", c) or 0.0)
-                for c in cases
-                if a.control_log("cublas", c) is not None and b.control_log("cublas", c) is not None
-            ]
+            ctl = [x for x in (control_shift(a, b, c) for c in cases) if x is not None]
             if len(ctl) == len(cases):
                 controls.append(statistics.fmean(ctl))
         if not ratios:

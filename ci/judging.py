@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ci.judge import (
+    CONTROL_IMPLS,
     SUITE,
     CaseConfirmation,
     CaseScreen,
@@ -100,8 +101,7 @@ def figures_from_rows(rows: pd.DataFrame) -> list[RunFigures]:
                 "purpose": r.purpose or "measure",
                 "job": r.job_id,
                 "kernel": {},
-                "cublas": {},
-                "eager": {},
+                "controls": {impl: {} for impl in CONTROL_IMPLS},
                 "clock": {},
                 "throttled": set(),
             },
@@ -109,10 +109,10 @@ def figures_from_rows(rows: pd.DataFrame) -> list[RunFigures]:
         k = _num(r.median_us)
         if k is not None:
             d["kernel"][r.case] = k
-        for impl in ("cublas", "eager"):
+        for impl in CONTROL_IMPLS:
             v = _num(getattr(r, f"{impl}_us"))
             if v is not None:
-                d[impl][r.case] = v
+                d["controls"][impl][r.case] = v
         clock, throttled = _telemetry(r.telemetry)
         if clock:
             d["clock"][r.case] = clock
@@ -123,7 +123,7 @@ def figures_from_rows(rows: pd.DataFrame) -> list[RunFigures]:
             run_id,
             d["commit"],
             d["kernel"],
-            {"cublas": d["cublas"], "eager": d["eager"]},
+            d["controls"],
             d["clock"],
             frozenset(d["throttled"]),
             d["purpose"],

@@ -49,6 +49,7 @@ class Machine:
         throttled: bool = False,
         purpose: str = "measure",
         job: int | None = None,
+        control_impl: str = "cublas",
     ) -> RunFigures:
         self.n += 1
         names = cases or NAMES
@@ -59,7 +60,7 @@ class Machine:
             f"r{self.n}",
             commit,
             kernel,
-            {"cublas": ctrl},
+            {control_impl: ctrl},
             dict.fromkeys(names, clock),
             frozenset(names) if throttled else frozenset(),
             purpose,
@@ -427,3 +428,27 @@ def test_series_judge_adds_the_run_its_confirmation_and_its_step():
     assert len(s.points[s.index_of("c")].runs) == 3  # its run and its two confirmation runs
     _, nxt, _ = s.judge(m.run("d", 1.05), runs, step_id="s2")
     assert nxt.verdict == "pass" and calls == [("h9", "c")]
+
+
+def test_a_suite_drift_seen_by_eager_alone_is_ambiguous_not_a_regression():
+    """Where the in-run cuBLAS was not timed, eager is the control of every check. The suite's confirmation
+    read cuBLAS only, so a +3 % drift of the whole machine that eager shared in every pair was confirmed as a
+    regression of the commit (a red check on the wrong commit). One control choice (control_shift) now serves
+    the screening, the case and the suite confirmations."""
+    m = Machine(sigma=0.002, seed=21)
+    s = Series([], [])
+    for i in range(12):
+        s.add_run(m.run(f"h{i}", 1.0, control_impl="eager"))
+    run = m.run("x", 1.03, control=1.03, control_impl="eager")
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        out = []
+        for label in interleave(2):
+            c, lv = (parent, 1.0) if label == "A" else (commit, 1.03)
+            out.append((label, m.run(c, lv, cases=cases, control=lv, purpose="confirm", job=5, control_impl="eager")))
+        return out
+
+    screen, d, _ = s.judge(run, runs, step_id="st")
+    assert screen.suite is not None and screen.suite.moved and not screen.moved_cases
+    assert d.verdict == "ambiguous" and "machine drift" in d.message, d.message
+    assert d.step is None or d.step.status != "open"
