@@ -47,6 +47,12 @@ FRACTION_COLUMNS = frozenset({"score"})  # 0..1, printed as a percentage
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def given_filters(**filters: object) -> str:
+    """The filters a command was given, as the user typed them ('--case 4,128 --hardware H200'), for a message
+    saying that nothing matched them."""
+    return " ".join(f"--{k} {v}" for k, v in filters.items() if v is not None)
+
+
 def plain_number(v: float) -> str:
     """A float without an exponent: 1521941.0 -> '1521941', 0.62143219 -> '0.621432'."""
     return np.format_float_positional(float(v), precision=6, unique=True, trim="-")
@@ -155,11 +161,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not vals["hardware"]:
             print(f"(no runs yet in {db.path})")
         else:
-            given = " ".join(
-                f"--{k} {v}"
-                for k, v in (("case", args.case), ("hardware", args.hardware), ("protocol", args.protocol))
-                if v is not None
-            )
+            given = given_filters(case=args.case, hardware=args.hardware, protocol=args.protocol)
             print(f"(no runs match {given} together; hardware stored: {_listing(vals['hardware'])})")
         return 0
     n_runs = df["run_id"].nunique()
@@ -197,11 +199,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
     if df.empty:
         if args.hardware is not None:
             check_filters(db, hardware=args.hardware)
-        which = " ".join(
-            f"--{k} {v}"
-            for k, v in (("commit", args.commit), ("hardware", args.hardware), ("status", args.status))
-            if v is not None
-        )
+        which = given_filters(commit=args.commit, hardware=args.hardware, status=args.status)
         print(f"(no changes detected{' for ' + which if which else ''})")
         return 0
     view = format_changes(df, ("suite_change", "suite_lo", "suite_hi", "worst_change"))

@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,13 +92,13 @@ def db(tmp_path: Path) -> Database:
     return Database(tmp_path / "history.duckdb", lock_timeout=20)
 
 
-def five_queued_commits(db: Database, tmp_path: Path) -> list[str]:
-    """Five new commits of a small repository, queued on main oldest first: their shas."""
+def queued_commits(db: Database, tmp_path: Path, n: int = 5) -> tuple[Any, list[str]]:
+    """``n`` new commits of a small repository, queued on main oldest first: (the repository, their shas)."""
     repo = small_repo(tmp_path / "repo", n_commits=1)
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(n)]
     for sha in shas:
         enqueue(db, str(repo.path), sha, branch="main")
-    return shas
+    return repo, shas
 
 
 def test_exit_codes() -> None:
@@ -144,7 +145,6 @@ def test_outcome_of_verdicts() -> None:
 
 
 def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) -> None:
-    repo = small_repo(tmp_path / "repo", n_commits=1)
     # the last commit keeps the slow level: judged against the new level, it passes
     plan_kinds = [
         "pass",
@@ -160,10 +160,8 @@ def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) 
         "timeout-case",
         "slow",
     ]
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(len(plan_kinds))]
+    repo, shas = queued_commits(db, tmp_path, len(plan_kinds))
     plan = dict(zip(shas, plan_kinds, strict=True))
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
     enqueue(db, str(repo.path), "0" * 40, branch="main")  # a commit the repository does not have
     fake = FakeExecutor(plan)
     reports = Runner(db, RunnerConfig(worker="w1"), executor=fake).run(once=True)
@@ -203,11 +201,8 @@ def test_runner_records_every_outcome_and_goes_on(db: Database, tmp_path: Path) 
 
 
 def test_a_fix_closes_the_open_step(db: Database, tmp_path: Path) -> None:
-    repo = small_repo(tmp_path / "repo", n_commits=1)
     kinds = ["pass", "pass", "pass", "slow", "slow", "pass"]
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(len(kinds))]
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
+    _, shas = queued_commits(db, tmp_path, len(kinds))
     reports = Runner(db, RunnerConfig(worker="w"), executor=FakeExecutor(dict(zip(shas, kinds, strict=True)))).run(
         once=True
     )
@@ -220,11 +215,8 @@ def test_a_fix_closes_the_open_step(db: Database, tmp_path: Path) -> None:
 
 def test_a_change_not_reproduced_in_the_confirmation_passes(db: Database, tmp_path: Path) -> None:
     """The commit's first run was slow, its re-measurements are not: not reproduced, exit 0."""
-    repo = small_repo(tmp_path / "repo", n_commits=1)
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(5)]
+    _, shas = queued_commits(db, tmp_path)
     plan = dict.fromkeys(shas, "pass") | {shas[4]: "slow"}
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
     fake = FakeExecutor(plan)
     runner = Runner(db, RunnerConfig(worker="w"), executor=fake)
     reports = runner.run(once=True, max_jobs=4)
@@ -259,11 +251,8 @@ def _first_slow(execute, commit: str):
 
 
 def test_no_confirm_decides_on_the_screen(db: Database, tmp_path: Path) -> None:
-    repo = small_repo(tmp_path / "repo", n_commits=1)
-    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(4)]
+    _, shas = queued_commits(db, tmp_path, 4)
     plan = dict.fromkeys(shas, "pass") | {shas[3]: "slow"}
-    for sha in shas:
-        enqueue(db, str(repo.path), sha, branch="main")
     fake = FakeExecutor(plan)
     reports = Runner(db, RunnerConfig(worker="w", confirm=False), executor=fake).run(once=True)
     assert fake.calls == shas
@@ -407,7 +396,7 @@ def test_a_stop_signal_during_watch_once_exits_130_not_0(tmp_path: Path, monkeyp
 
 def test_measurement_and_confirmation_runs_show_their_progress(db: Database, tmp_path: Path) -> None:
     """One progress line format (Runner._progress) for the measurement and each confirmation run."""
-    shas = five_queued_commits(db, tmp_path)
+    _, shas = queued_commits(db, tmp_path)
 
     class Chatty(FakeExecutor):
         def execute(self, source, commit, *, branch, repo, options):
@@ -734,7 +723,7 @@ def test_a_forged_confirmation_document_is_a_rejected_run_not_a_runner_crash(
     before validation, so a forged one raised in the runner (KeyError / SchemaError: the job an infrastructure
     error, exit 4, and no verdict). Now it is validated first, stored as a rejected run, and the confirmation
     stops there: the job finishes with a verdict."""
-    shas = five_queued_commits(db, tmp_path)
+    _, shas = queued_commits(db, tmp_path)
 
     class Forger(FakeExecutor):
         def execute(self, source, commit, *, branch, repo, options):
