@@ -147,10 +147,8 @@ def test_a_lock_held_across_ingest_loses_nothing(db: Database, tmp_path: Path) -
     assert (job.status, job.outcome, job.run_id) == ("done", "passed", pending[0].run_id)
 
 
-@pytest.mark.timeout(120)
-def test_a_full_disk_is_infrastructure_not_a_broken_commit(db: Database, tmp_path: Path, monkeypatch) -> None:
-    import storage.ingest as ingest_mod
-
+def _run_with_a_full_disk(db: Database, tmp_path: Path, monkeypatch, where: object, name: str):
+    """One queued commit measured while ``where.name`` fails with ENOSPC (the disk is full): the job's report."""
     repo = small_repo(tmp_path / "repo", n_commits=1)
     sha = repo.head()
     jobs.enqueue(db, str(repo.path), sha, branch="main")
@@ -158,8 +156,16 @@ def test_a_full_disk_is_infrastructure_not_a_broken_commit(db: Database, tmp_pat
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ingest_mod, "_insert_samples", full)  # the write fails inside ingest's transaction
-    report = Runner(db, RunnerConfig(worker="w", confirm=False), executor=FakeExecutor({sha: "pass"})).run_next()
+    monkeypatch.setattr(where, name, full)
+    return Runner(db, RunnerConfig(worker="w", confirm=False), executor=FakeExecutor({sha: "pass"})).run_next()
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_is_infrastructure_not_a_broken_commit(db: Database, tmp_path: Path, monkeypatch) -> None:
+    import storage.ingest as ingest_mod
+
+    # the write fails inside ingest's transaction
+    report = _run_with_a_full_disk(db, tmp_path, monkeypatch, ingest_mod, "_insert_samples")
     assert report.outcome == "infra_error" and "disk is full" in report.log
     assert exit_code_for([report.outcome]) == EXIT_INFRA != EXIT_BROKEN
     with db.read() as conn:
@@ -169,14 +175,6 @@ def test_a_full_disk_is_infrastructure_not_a_broken_commit(db: Database, tmp_pat
 @needs_wiring
 @pytest.mark.timeout(120)
 def test_a_full_spool_disk_is_infrastructure_too(db: Database, tmp_path: Path, monkeypatch) -> None:
-    repo = small_repo(tmp_path / "repo", n_commits=1)
-    sha = repo.head()
-    jobs.enqueue(db, str(repo.path), sha, branch="main")
-
-    def full(*_a, **_k):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(spool.os, "fsync", full)
-    report = Runner(db, RunnerConfig(worker="w", confirm=False), executor=FakeExecutor({sha: "pass"})).run_next()
+    report = _run_with_a_full_disk(db, tmp_path, monkeypatch, spool.os, "fsync")
     assert exit_code_for([report.outcome]) == EXIT_INFRA
     assert not list((tmp_path / "spool").glob("*"))  # no half-written file left behind

@@ -16,6 +16,7 @@ import subprocess
 import pytest
 
 from ci.doctor import variant_pins
+from ci.executors.docker import DockerExecutor
 from tests.repo_factory import PROJECT
 
 IMAGE = "solci-deps:cpu"
@@ -44,25 +45,8 @@ print("from", mod.__file__)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _engine_reason() -> str | None:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:
-        return f"no Docker engine answers ({exc.__class__.__name__})"
-    try:
-        client.images.get(IMAGE)
-    except Exception:
-        return f"{IMAGE} is missing (docker/ci_setup.sh --cpu builds it)"
-    finally:
-        client.close()
-    return None
-
-
 def needs_image() -> None:
-    why = _engine_reason()
+    why = DockerExecutor.unavailable_reason(base_image=IMAGE)  # the executor's own check: engine, then image
     if why is None:
         return
     if os.environ.get("CI") == "true":
