@@ -61,8 +61,8 @@ def bucket_for(m: int) -> int:
 # Hopper (H100/H200, sm_90): measured on the H200, see kernel/NOTES.md.
 _H = {"warp_specialize": "tiles", "ga_tma_store": True}
 _HOPPER: dict[int, KernelConfig] = {
-    256: KernelConfig(64, 128, 128, 128, 64, 4, 4, group=4, **_H),
-    512: KernelConfig(128, 128, 128, 128, 64, 4, 4, group=4, **_H),
+    256: KernelConfig(64, 128, 128, 256, 64, 8, 4, group=4, tma_store=False, **_H),
+    512: KernelConfig(128, 128, 128, 256, 64, 8, 4, group=4, tma_store=False, **_H),
     1024: KernelConfig(128, 256, 128, 256, 64, 8, 3, **_H),
     2048: KernelConfig(128, 256, 128, 256, 64, 8, 3, **_H),
     4096: KernelConfig(128, 256, 128, 256, 64, 8, 3, group=4, tma_store=False, **_H),

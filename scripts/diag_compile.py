@@ -9,6 +9,7 @@ descriptors and bf16 wgmma; tests/test_kernel_compile.py runs it in CI.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from dataclasses import replace
 
@@ -17,13 +18,17 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile, make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from kernel.attn_output_proj_backward import CONSTEXPR_NAMES, _fused_bwd_kernel, launch_arguments, tensor_descriptors
 from kernel.configs import config_for
 from kernel.schedule import plan_schedule
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
+# the module (the package's attribute of that name is the public function)
+kernel_module = importlib.import_module("kernel.attn_output_proj_backward")
 
-def compile_for(m: int, s: int, cfg, programs: int = 132):
+
+def compile_for(m: int, s: int, cfg, programs: int = 132, module=kernel_module, extra: dict | None = None):
+    """Compile ``module``'s kernel (the launcher's by default; scripts/diag_timeline.py passes its traced copy,
+    with ``extra`` arguments) for sm_90 with the launcher's arguments for M rows of seq_len ``s``."""
     plan = plan_schedule(m, cfg, programs)
     b = m // s
     go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
@@ -32,14 +37,15 @@ def compile_for(m: int, s: int, cfg, programs: int = 132):
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     ga = torch.empty(b, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
     cfg = replace(cfg, device_desc=False)  # the CUDA path with host tensor descriptors
-    specs, args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, cuda=True)
+    specs, args, constexprs = module.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, cuda=True)
 
-    args = (*tensor_descriptors(specs), *args)
-    kwargs = dict(zip(CONSTEXPR_NAMES, constexprs, strict=True))
+    args = (*module.tensor_descriptors(specs), *args)
+    kwargs = dict(zip(module.CONSTEXPR_NAMES, constexprs, strict=True))
+    kwargs.update(extra or {})
     kwargs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
-    fn = _fused_bwd_kernel
+    fn = module._fused_bwd_kernel
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, spec, options = binder(*args, **kwargs)
     options, signature, cexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
