@@ -233,10 +233,10 @@ class Runner:
         Never raises for a problem of the job."""
         from ci.fleet import hold
 
-        with hold(self.db, job, echo=self.echo):
-            return self._process(job)
+        with hold(self.db, job, echo=self.echo) as lease:
+            return self._process(job, lease)
 
-    def _process(self, job: Any) -> JobReport:
+    def _process(self, job: Any, lease: Any = None) -> JobReport:
         from storage.jobs import finish
 
         start = time.monotonic()
@@ -272,6 +272,8 @@ class Runner:
             lines.append(f"[solci] verdict: {report.verdict}: {report.message}")
         lines.append(f"[solci] outcome: {report.outcome} ({report.wall_s:.1f} s)")
         report.log = clip_log("\n".join(x for x in lines if x))
+        if lease is not None:
+            lease.closing()
         self._finish(finish, report)
         self.echo(report.summary)
         return report

@@ -188,12 +188,15 @@ def owner_gone(
 
 class Lease:
     """The lease of one running job while a runner processes it: a thread renews its heartbeat. ``lost`` is set
-    when the job is no longer ours (another runner recovered it after our heartbeats stopped)."""
+    when the job is no longer ours (another runner recovered it after our heartbeats stopped). The holder calls
+    ``closing()`` before it records the job's outcome itself, so that a beat after that record (the job is no
+    longer running) is not taken for another runner's takeover."""
 
     def __init__(self, db: Any, job_id: int, owner: str, interval: float, echo: Callable[[str], None] | None) -> None:
         self.db, self.job_id, self.owner, self.interval = db, int(job_id), owner, interval
         self.echo = echo or (lambda _m: None)
         self.lost = threading.Event()
+        self._closing = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"solci-lease-{job_id}", daemon=True)
 
@@ -202,6 +205,8 @@ class Lease:
         while not self._stop.wait(self.interval):
             try:
                 if not heartbeat(self.db, self.job_id, self.owner):
+                    if self._closing.is_set():  # we finished it ourselves: nothing was lost
+                        return
                     self.lost.set()
                     self.echo(f"job {self.job_id}: lease lost (another runner took the job over)")
                     return
@@ -210,6 +215,10 @@ class Lease:
                 failures += 1
                 if failures in (1, 10):
                     self.echo(f"job {self.job_id}: heartbeat failed ({exc.__class__.__name__}: {exc})")
+
+    def closing(self) -> None:
+        """The holder is about to record the job's outcome: from now on a job no longer running is ours done."""
+        self._closing.set()
 
     def stop(self) -> None:
         self._stop.set()
