@@ -417,7 +417,7 @@ def test_measurement_and_confirmation_runs_show_their_progress(db: Database, tmp
 def test_a_job_the_runner_finished_itself_is_never_reported_as_a_lost_lease(
     db: Database, tmp_path: Path, monkeypatch
 ) -> None:
-    """Seen on the H200 (docs/h200/e2e_verdicts.log, 2026-12-01): the lease's heartbeat fired between the runner
+    """Seen on the H200 (docs/h200/e2e_verdicts_run_b.log, 2026-12-01): the lease's heartbeat fired between the runner
     recording the job's outcome and releasing the lease, found the job no longer running, and said "lease lost
     (another runner took the job over)" with no other runner anywhere. Here every beat can land in that window."""
     from storage import jobs
