@@ -683,22 +683,24 @@ def compact(db: Any, *, keep_days: float = 7.0, grace_hours: float = 1.0) -> dic
             conn.execute("CHECKPOINT")
         return {"checkpoint": 1}
 
-    def count(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
-        return int(conn.execute(f"SELECT count(*) FROM {sql}").fetchone()[0])
+    # Each maintenance function runs as one autocommit statement, which commits only once its result has been
+    # read to the end: fetchall(), never fetchone() (that left every step uncommitted while reporting its counts).
+    def counted(conn: duckdb.DuckDBPyConnection, function: str, columns: str = "count(*)") -> tuple:
+        return conn.execute(f"SELECT {columns} FROM {function}").fetchall()[0]
 
     out: dict[str, int] = {}
+    keep = f"now() - INTERVAL '{float(keep_days) * 86400:.0f} seconds'"
+    grace = f"now() - INTERVAL '{float(grace_hours) * 3600:.0f} seconds'"
     with db.write() as conn:
-        out["inlined_tables_flushed"] = count(conn, f"ducklake_flush_inlined_data('{ALIAS}')")
-        merged = conn.execute(
-            f"SELECT coalesce(sum(files_processed), 0), coalesce(sum(files_created), 0) "
-            f"FROM ducklake_merge_adjacent_files('{ALIAS}')"
-        ).fetchone()
+        out["inlined_tables_flushed"] = int(counted(conn, f"ducklake_flush_inlined_data('{ALIAS}')")[0])
+        merged = counted(
+            conn,
+            f"ducklake_merge_adjacent_files('{ALIAS}')",
+            "coalesce(sum(files_processed), 0), coalesce(sum(files_created), 0)",
+        )
         out["files_merged"], out["files_written"] = int(merged[0]), int(merged[1])
-        keep_s, grace_s = f"{float(keep_days) * 86400:.0f}", f"{float(grace_hours) * 3600:.0f}"
-        out["snapshots_expired"] = count(
-            conn, f"ducklake_expire_snapshots('{ALIAS}', older_than => now() - INTERVAL '{keep_s} seconds')"
-        )
-        out["files_deleted"] = count(
-            conn, f"ducklake_cleanup_old_files('{ALIAS}', older_than => now() - INTERVAL '{grace_s} seconds')"
-        )
+        expired = counted(conn, f"ducklake_expire_snapshots('{ALIAS}', older_than => {keep})")
+        out["snapshots_expired"] = int(expired[0])
+        deleted = counted(conn, f"ducklake_cleanup_old_files('{ALIAS}', older_than => {grace})")
+        out["files_deleted"] = int(deleted[0])
     return out

@@ -305,23 +305,44 @@ def test_migrate_copies_a_history_that_answers_the_same(lake: Lake, tmp_path: Pa
 
 
 def test_compaction_merges_small_files_and_keeps_the_rows(lake: Lake) -> None:
+    """Every run appended to a lake leaves small Parquet files (here 8 runs of 16 cases with 50 samples each, too
+    many rows to inline); compaction merges them and commits. Before 2026-12-01 ``compact`` read each maintenance
+    function's result with ``fetchone()``, which left the autocommit statement unfinished: it reported files merged
+    while no snapshot was ever committed and every file stayed ("samples files 91 -> 91" in scripts/bench_lake.py)."""
     db = lake.db()
-    for doc in docs(10):
-        ingest_result(db, doc)
+    for i in range(8):  # the 16 cases: 48 sample rows a run, more than DuckLake inlines
+        ingest_result(db, make_result(run_id=f"m{i}", commit=f"{i:040x}", n_samples=50))
 
-    def files() -> int:
+    def state() -> tuple[int, int, int]:
         with db.read() as conn:
-            return conn.execute("SELECT count(*) FROM ducklake_list_files('lake', 'samples')").fetchone()[0]
+            files = conn.execute("SELECT count(*) FROM ducklake_list_files('lake', 'samples')").fetchone()[0]
+            snap = conn.execute("SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").fetchone()[0]
+            rows = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+        return files, snap, rows
 
     with db.read() as conn:
-        before = conn.execute("SELECT count(*), sum(hash(s)::HUGEINT) FROM samples s").fetchone()
-    compact(db)  # inlined rows to Parquet, then adjacent files merged
-    res = run_cli(["compact"], lake.env())
+        before_rows = conn.execute("SELECT count(*), sum(hash(s)::HUGEINT) FROM samples s").fetchone()
+    files, snap, _ = state()
+    assert files >= 8, "precondition: each run wrote its own samples file"
+    out = compact(db)
+    assert out["files_merged"] >= 8 and out["files_written"] >= 1, out
+    files_after, snap_after, _ = state()
+    assert files_after == 1, f"{files} samples files before compaction, {files_after} after: nothing was committed"
+    assert snap_after > snap
+    res = run_cli(["compact"], lake.env())  # the command too; a second pass has nothing left to merge
     assert res.returncode == 0 and "files_merged" in res.stdout, res.stderr
     with db.read() as conn:
-        after = conn.execute("SELECT count(*), sum(hash(s)::HUGEINT) FROM samples s").fetchone()
-    assert after == before
-    assert files() <= 2
+        after_rows = conn.execute("SELECT count(*), sum(hash(s)::HUGEINT) FROM samples s").fetchone()
+    assert after_rows == before_rows
+    assert state()[0] == 1
+    # time travel given up and the merged-away files deleted, committed too: the data folder shrinks
+    parquet = lambda: sum(1 for _ in Path(lake.data_path).rglob("*.parquet"))
+    n_parquet = parquet()
+    swept = compact(db, keep_days=0, grace_hours=0)
+    assert swept["snapshots_expired"] > 0 and swept["files_deleted"] >= 8, swept
+    assert parquet() <= n_parquet - 8
+    with db.read() as conn:
+        assert conn.execute("SELECT count(*), sum(hash(s)::HUGEINT) FROM samples s").fetchone() == before_rows
 
 
 # ------------------------------------------------------------------------------------------------ the queue
