@@ -256,6 +256,60 @@ def part_fixed(tm, device) -> None:
                 print(f"  {case.name} M={m} {kind}: per tile {slope:.2f} us, fixed {my - slope * mx:.2f} us (fit)")
 
 
+def side_by_side(
+    device, iters: int, case: Case, cands: list[tuple[str, object, int | None]]
+) -> tuple[dict[str, list[float]], float]:
+    """Each candidate (label, config, forced p_ga or None) checked against the reference once, then timed A/B/A/B
+    with the two cuBLAS matmuls under the CUPTI span: (label -> its medians, the cuBLAS mean). An incorrect or
+    failing candidate is said and left out."""
+    timer, protocols = _timer_and_protocols(device, 5, iters)
+    cupti = next(p for p in protocols if p.timer == "cupti")
+
+    def planned(p_ga):  # the launcher's plan, or the partition forced to p_ga
+        saved = kmod.plan_schedule
+        kmod.plan_schedule = only(None, None, p_ga)
+        return saved
+
+    ok: dict[str, bool] = {}
+    for label, cfg, p_ga in cands:
+        saved = planned(p_ga)
+        try:
+            ok[label], info = check_case(case, device, cfg)
+            if not ok[label]:
+                print(f"  {label} INCORRECT {info}", flush=True)
+        except Exception as exc:
+            ok[label] = False
+            print(f"  {label} x {str(exc).splitlines()[0][:120]}", flush=True)
+        finally:
+            kmod.plan_schedule = saved
+    times: dict[str, list[float]] = {label: [] for label, _, _ in cands}
+    cub = []
+    for _ in range(2):
+        cub.append(time_impl(timer, cupti, two_matmuls, case, False))
+        for label, cfg, p_ga in cands:
+            if ok[label]:
+                saved = planned(p_ga)
+                try:
+                    fn = functools.partial(kmod.attn_output_proj_backward, config=cfg)
+                    times[label].append(time_impl(timer, cupti, fn, case, True))
+                finally:
+                    kmod.plan_schedule = saved
+    return times, statistics.fmean(cub)
+
+
+def result_line(is_table: bool, label: str, times: list[float], cublas: float, extra: str = "") -> list[str]:
+    """The printed line of one timed candidate (none when it was not timed), also returned for the summary."""
+    if not times:
+        return []
+    mean = statistics.fmean(times)
+    line = (
+        f"{'table' if is_table else '     '} {label:<70} {extra}timed {' '.join(f'{t:.1f}' for t in times)}"
+        f"  mean {mean:.1f} us {mean / cublas:.3f}x cuBLAS ({cublas:.1f})"
+    )
+    print("   " + line, flush=True)
+    return [line]
+
+
 # Two programs per SM: 4 warps and 128x128 grad_weight tiles (the small-M shapes of the table before 2026-12-01),
 # stages cut so that two programs fit in shared memory (scripts/diag_compile.py: 98 KB each).
 _W4 = {"gw_bn": 128, "num_warps": 4, "tma_store": True}
@@ -279,44 +333,16 @@ OCCUPANCY: tuple[tuple[Case, tuple[dict, ...]], ...] = (
 
 def part_occupancy(device, iters: int) -> list[str]:
     print("== occupancy: two programs per SM, A/B/A/B against the table (CUPTI span, us)", flush=True)
-    timer, protocols = _timer_and_protocols(device, 5, iters)
-    cupti = next(p for p in protocols if p.timer == "cupti")
     summary = []
     for case, variants in OCCUPANCY:
         m = case.batch_size * case.seq_len
         base = replace(config_for(m, (9, 0)), arch="hopper", bucket=m)
         cands = [base] + [replace(base, **v) for v in variants]
-        ok, times = {}, {i: [] for i in range(len(cands))}
-        for i, cfg in enumerate(cands):
-            try:
-                ok[i], info = check_case(case, device, cfg)
-                if not ok[i]:
-                    print(f"  {case.name} {_short(cfg)} occ{cfg.occupancy} INCORRECT {info}", flush=True)
-            except Exception as exc:
-                ok[i] = False
-                print(f"  {case.name} {_short(cfg)} x {str(exc).splitlines()[0][:120]}", flush=True)
-        cub = []
-        for _ in range(2):
-            cub.append(time_impl(timer, cupti, two_matmuls, case, False))
-            for i, cfg in enumerate(cands):
-                if ok[i]:
-                    times[i].append(
-                        time_impl(
-                            timer, cupti, functools.partial(kmod.attn_output_proj_backward, config=cfg), case, True
-                        )
-                    )
-        c = statistics.fmean(cub)
+        labelled = [(f"{case.name} {_short(cfg)} occ{cfg.occupancy}", cfg, None) for cfg in cands]
+        times, c = side_by_side(device, iters, case, labelled)
         print(f"  {case.name} M={m}: two cuBLAS matmuls {c:.1f} us", flush=True)
-        for i, cfg in enumerate(cands):
-            if times[i]:
-                mean = statistics.fmean(times[i])
-                tag = "table" if i == 0 else "     "
-                line = (
-                    f"{tag} {case.name} {_short(cfg):<58} occ{cfg.occupancy} {' '.join(f'{t:.1f}' for t in times[i])}"
-                    f"  mean {mean:.1f} us {mean / c:.3f}x cuBLAS"
-                )
-                print("   " + line, flush=True)
-                summary.append(line)
+        for i, (label, _, _) in enumerate(labelled):
+            summary += result_line(i == 0, label, times[label], c)
     return summary
 
 
@@ -335,8 +361,6 @@ def part_screen(tm, device, iters: int) -> list[str]:
     """Each candidate traced (span and when each group of programs ends); the table and the two shortest spans
     then timed A/B/A/B under the CUPTI span, each checked against the reference first."""
     print("== screen: candidates traced, the best two timed against the table", flush=True)
-    timer, protocols = _timer_and_protocols(device, 5, iters)
-    cupti = next(p for p in protocols if p.timer == "cupti")
     summary = []
     for case, cands in SCREEN:
         m = case.batch_size * case.seq_len
@@ -357,40 +381,9 @@ def part_screen(tm, device, iters: int) -> list[str]:
         table = next(s for s in spans if s[1] == 0)
         best = sorted((s for s in spans if s[1] != 0), key=lambda s: s[0])[:2]
         timed = [table, *best]
-        ok = {}
+        times, c = side_by_side(device, iters, case, [(s[4], s[2], s[3]) for s in timed])
         for s in timed:
-            saved = kmod.plan_schedule
-            kmod.plan_schedule = only(None, None, s[3])
-            try:
-                ok[s[1]], info = check_case(case, device, s[2])
-            finally:
-                kmod.plan_schedule = saved
-            if not ok[s[1]]:
-                print(f"  {s[4]} INCORRECT {info}", flush=True)
-        times = {s[1]: [] for s in timed}
-        cub = []
-        for _ in range(2):
-            cub.append(time_impl(timer, cupti, two_matmuls, case, False))
-            for s in timed:
-                if ok[s[1]]:
-                    saved = kmod.plan_schedule
-                    kmod.plan_schedule = only(None, None, s[3])
-                    try:
-                        fn = functools.partial(kmod.attn_output_proj_backward, config=s[2])
-                        times[s[1]].append(time_impl(timer, cupti, fn, case, True))
-                    finally:
-                        kmod.plan_schedule = saved
-        c = statistics.fmean(cub)
-        for s in timed:
-            if times[s[1]]:
-                mean = statistics.fmean(times[s[1]])
-                tag = "table" if s[1] == 0 else "     "
-                line = (
-                    f"{tag} {s[4]:<70} traced {s[0]:6.2f}  timed {' '.join(f'{t:.1f}' for t in times[s[1]])}"
-                    f"  mean {mean:.1f} us {mean / c:.3f}x cuBLAS ({c:.1f})"
-                )
-                print("   " + line, flush=True)
-                summary.append(line)
+            summary += result_line(s[1] == 0, s[4], times[s[4]], c, f"traced {s[0]:6.2f}  ")
     return summary
 
 
