@@ -29,10 +29,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ci.executors import Execution, Executor, MeasureOptions, choose_executor, clip_log
 from ci.gitutil import GitError, checkout_source, commit_exists, first_parent_ancestry, is_url, mirror_of
+
+if TYPE_CHECKING:
+    from storage.jobs import Lease
 
 EXIT_OK, EXIT_BROKEN, EXIT_USAGE, EXIT_REGRESSED, EXIT_INFRA = 0, 1, 2, 3, 4
 _EXIT_BY_OUTCOME = {
@@ -236,7 +239,7 @@ class Runner:
         with hold(self.db, job, echo=self.echo) as lease:
             return self._process(job, lease)
 
-    def _process(self, job: Any, lease: Any = None) -> JobReport:
+    def _process(self, job: Any, lease: Lease) -> JobReport:
         from storage.jobs import finish
 
         start = time.monotonic()
@@ -272,8 +275,7 @@ class Runner:
             lines.append(f"[solci] verdict: {report.verdict}: {report.message}")
         lines.append(f"[solci] outcome: {report.outcome} ({report.wall_s:.1f} s)")
         report.log = clip_log("\n".join(x for x in lines if x))
-        if lease is not None:
-            lease.closing()
+        lease.closing()  # recording the outcome ends the job: a heartbeat after it is no takeover
         self._finish(finish, report)
         self.echo(report.summary)
         return report

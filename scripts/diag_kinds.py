@@ -15,6 +15,7 @@ import sys
 from dataclasses import replace
 
 import torch
+from diag_timeline import only  # the plan with one kind of tile (scripts/ is on the path when run as a script)
 
 from ci.bench import _short, _timer_and_protocols, check_case, time_impl
 from kernel.configs import config_for
@@ -22,19 +23,6 @@ from kernel.workload import Case
 
 kmod = importlib.import_module("kernel.attn_output_proj_backward")  # the module (kernel.<name> is the function)
 CASE_OF = {1024: "4,256", 2048: "4,512", 4096: "4,1024", 8192: "8,1024"}
-
-
-def only(kind: str):
-    """A plan_schedule that drops the other kind of tile (its row-block count becomes zero)."""
-    real = kmod.plan_schedule.__wrapped__
-
-    def plan(m, cfg, programs):
-        p = real(m, cfg, programs)
-        if kind == "gw":
-            return replace(p, n_ga_m=0, n_ga=0, p_ga=0)
-        return replace(p, n_gw_m=0, n_gw=0, p_ga=0)
-
-    return plan
 
 
 def main() -> int:
@@ -64,7 +52,7 @@ def main() -> int:
                 parts = []
                 for kind in ("gw", "ga"):
                     saved = kmod.plan_schedule
-                    kmod.plan_schedule = only(kind)
+                    kmod.plan_schedule = only(kind, None)
                     try:
                         parts.append(time_impl(timer, cupti, fn, case, True))
                     finally:

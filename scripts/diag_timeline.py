@@ -34,7 +34,7 @@ import torch
 
 from ci.bench import _short, _timer_and_protocols, check_case, time_impl
 from kernel.configs import config_for
-from kernel.reference import two_matmuls
+from kernel.reference import make_inputs, two_matmuls
 from kernel.workload import Case
 
 kmod = importlib.import_module("kernel.attn_output_proj_backward")
@@ -103,15 +103,6 @@ def traced_module():
     return mod
 
 
-def inputs(case: Case, device: torch.device):
-    g = torch.Generator(device=device).manual_seed(0)
-    shape = (case.batch_size, case.seq_len, 2048)
-    go = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
-    x = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
-    w = (torch.randn(2048, 2048, generator=g, device=device) / 2048**0.5).to(torch.bfloat16)
-    return go, x, w
-
-
 def only(kind: str | None, programs: int | None, p_ga: int | None = None):
     """A plan_schedule keeping one kind of tile (None: both) and, if given, this many programs; or, with p_ga,
     the partition forced to p_ga grad_attn programs and the rest (up to the grad_weight tile count) on grad_weight."""
@@ -141,7 +132,7 @@ def trace_once(
     p_ga: int | None = None,
 ):
     """Per program (start ns, end ns, cycles, sm) of ``reps`` launches (L2 flushed before each): a list of arrays."""
-    go, x, w = inputs(case, device)
+    go, x, w = make_inputs(case.batch_size, case.seq_len, device, generator=torch.Generator(device).manual_seed(0))
     flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.int8, device=device)
     saved = tm.plan_schedule
     tm.plan_schedule = only(kind, programs, p_ga)
@@ -162,7 +153,11 @@ def trace_once(
         tm.plan_schedule = saved
 
 
-def summarise(plan, traces) -> dict:
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def summarise(plan, traces, sms: int) -> dict:
     """Medians over the launches of: span, idle share, and per group start spread / end / busy (us)."""
     rows = []
     for t in traces:
@@ -190,7 +185,7 @@ def summarise(plan, traces) -> dict:
                 float(end[sel].max()),
                 float((busy_ns[sel] / 1e3).median()),
             )
-        idle = 1 - float((busy_ns / 1e3).sum()) / (132 * span)
+        idle = 1 - float((busy_ns / 1e3).sum()) / (sms * span)
         rows.append((span, idle, ghz, n_sm, int((per_sm > 1).sum()), g))
     k = len(rows) // 2
     rows.sort(key=lambda r: r[0])
@@ -220,11 +215,13 @@ def part_timeline(tm, device) -> None:
         m = case.batch_size * case.seq_len
         cfg = replace(config_for(m, (9, 0)), arch="hopper", bucket=m)
         plan, traces = trace_once(tm, case, cfg, device)
-        print_timeline(f"{case.name} M={m} {_short(cfg)}", plan, summarise(plan, traces))
+        print_timeline(f"{case.name} M={m} {_short(cfg)}", plan, summarise(plan, traces, sm_count(device)))
         for occ_cfg in OCC2.get(m, ()):
             cfg2 = replace(cfg, **occ_cfg)
             plan, traces = trace_once(tm, case, cfg2, device)
-            print_timeline(f"{case.name} M={m} {_short(cfg2)} occ{cfg2.occupancy}", plan, summarise(plan, traces))
+            print_timeline(
+                f"{case.name} M={m} {_short(cfg2)} occ{cfg2.occupancy}", plan, summarise(plan, traces, sm_count(device))
+            )
 
 
 def part_fixed(tm, device) -> None:
@@ -232,15 +229,15 @@ def part_fixed(tm, device) -> None:
     for case in (Case(1, 256), Case(4, 256)):
         m = case.batch_size * case.seq_len
         cfg = replace(config_for(m, (9, 0)), arch="hopper", bucket=m)
-        base = kmod.plan_schedule.__wrapped__(m, cfg, 132)
+        base = kmod.plan_schedule.__wrapped__(m, cfg, sm_count(device))
         for kind, n_tiles in (("ga", base.n_ga), ("gw", base.n_gw)):
             pts = []
             for per in (1, 2, 4, 8):
                 programs = n_tiles // per
-                if programs > 132 or programs < 8:
+                if programs > sm_count(device) or programs < 8:
                     continue
                 plan, traces = trace_once(tm, case, cfg, device, kind=kind, programs=programs)
-                summ = summarise(plan, traces)
+                summ = summarise(plan, traces, sm_count(device))
                 span, _, ghz, *_ = summ["median"]
                 busy = summ["median"][5]["all"][5]
                 pts.append((per, busy))
@@ -373,7 +370,7 @@ def part_screen(tm, device, iters: int) -> list[str]:
             label = f"{case.name} {_short(cfg)}" + (f" p_ga={p_ga}" if p_ga else "")
             try:
                 plan, traces = trace_once(tm, case, cfg, device, p_ga=p_ga)
-                summ = summarise(plan, traces)
+                summ = summarise(plan, traces, sm_count(device))
                 print_timeline(label, plan, summ)
                 spans.append((summ["median"][0], i, cfg, p_ga, label))
             except Exception as exc:
