@@ -11,6 +11,9 @@
 #        push 5: incorrect (grad_weight x 1.5), broken (syntax error) -> incorrect, crashed
 #   Cases: one per M (6 of the 16), the benchmark's protocol (10 warm-up, 50 timed, CUPTI span + CUDA events).
 # Needs .whl (duckdb, ruptures, nvidia-ml-py, tqdm for Python 3.12) and .sandbox (bwrap + its libraries).
+# Length: about 11 minutes on the H200 (2026-12-01; the pushes take 105, 190, 175, 125, 45 s), past one device
+# call's 10-minute limit; fewer E2E_CASES do not shorten it (each run's fixed costs dominate). The logs of pushes
+# that finished come back under $OUT even when the call is cut.
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
