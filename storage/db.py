@@ -144,8 +144,9 @@ def _holder(exc: BaseException) -> str:
     return f" ({m.group(1)})" if m else ""
 
 
-# One lock per database file for this process: writes of several threads (or several Database objects on
-# the same file) go one at a time, so claim_next and ingest stay atomic inside a process too.
+# One lock per lake for this process (storage.lake): its writes go one at a time. A database file has a
+# _FileGate instead: writes of several threads (or several Database objects on the same file) go one at a
+# time, so claim_next and ingest stay atomic inside a process too, and no read overlaps a write.
 _PROCESS_LOCKS: dict[str, threading.RLock] = {}
 _PROCESS_LOCKS_GUARD = threading.Lock()
 _THREAD_STATE = threading.local()
@@ -157,6 +158,86 @@ def _process_lock(key: str) -> threading.RLock:
         if lock is None:
             lock = _PROCESS_LOCKS[key] = threading.RLock()
         return lock
+
+
+class _FileGate:
+    """Readers and writers of one database file inside this process: any number of reading threads, or one
+    writing thread (which may nest). DuckDB keeps one instance per file and process; a thread opening the file
+    read-only while another holds it read-write, or opening it while another closes it, fails ("different
+    configuration", "already attached"). Seen as a heartbeat landing during the runner's reads: a good job
+    recorded as infra_error. A waiting writer goes first, so a stream of readers cannot starve it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers: dict[int, int] = {}  # thread id -> depth
+        self._writer: int | None = None
+        self._writer_depth = 0
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self, timeout: float, what: str) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer != me and me not in self._readers:
+                ok = self._cond.wait_for(lambda: self._writer is None and not self._writers_waiting, timeout)
+                if not ok:
+                    raise DatabaseLockedError(_in_process_busy(what, timeout))
+            self._readers[me] = self._readers.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers[me] -= 1
+                if not self._readers[me]:
+                    del self._readers[me]
+                self._cond.notify_all()
+
+    @contextmanager
+    def writing(self, timeout: float, what: str) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer != me:
+                if me in self._readers:
+                    raise StorageError(
+                        f"{what}: a write was opened inside a read of the same file in one thread; DuckDB cannot "
+                        "hold both. Close the read first."
+                    )
+                self._writers_waiting += 1
+                try:
+                    ok = self._cond.wait_for(lambda: self._writer is None and not self._readers, timeout)
+                finally:
+                    self._writers_waiting -= 1
+                if not ok:
+                    self._cond.notify_all()
+                    raise DatabaseLockedError(_in_process_busy(what, timeout))
+                self._writer = me
+            self._writer_depth += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer_depth -= 1
+                if not self._writer_depth:
+                    self._writer = None
+                self._cond.notify_all()
+
+
+def _in_process_busy(what: str, timeout: float) -> str:
+    return (
+        f"{what}: another thread of this process held this database file for {timeout:.1f} s; nothing was "
+        "stored or read. Retry; a thread should only hold the file for a moment."
+    )
+
+
+_FILE_GATES: dict[str, _FileGate] = {}
+
+
+def _file_gate(key: str) -> _FileGate:
+    with _PROCESS_LOCKS_GUARD:
+        gate = _FILE_GATES.get(key)
+        if gate is None:
+            gate = _FILE_GATES[key] = _FileGate()
+        return gate
 
 
 def _open_writers() -> dict[str, duckdb.DuckDBPyConnection]:
@@ -231,37 +312,57 @@ class Database:
         return tuple(out)
 
     # ----------------------------------------------------------------------------------------- connecting
-    def _connect(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-        """Open a connection, retrying with jittered backoff while the file is locked."""
+    def _connect_once(self, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """One attempt at a connection; a held lock raises duckdb's error (``_is_lock_error``)."""
+        try:
+            if read_only:
+                return duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG)
+            return duckdb.connect(str(self.path), read_only=False)
+        except duckdb.Error as exc:
+            if _is_lock_error(exc):
+                raise
+            if _is_corrupt_error(exc):
+                raise DatabaseCorruptError(
+                    f"{self.path}: not a readable DuckDB database ({exc}). The file was left untouched. "
+                    "Move it aside (e.g. rename it to history.duckdb.bad) to start a new history, "
+                    f"or point --db / ${DB_ENV} at another file."
+                ) from exc
+            raise StorageError(f"{self.path}: cannot open the database: {exc}") from exc
+
+    @contextmanager
+    def _connection(self, *, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection held while no other thread of this process holds a conflicting one (``_FileGate``),
+        retried with jittered backoff while another process holds the file. The gate is held only for one
+        attempt at a time, never across the wait: a thread waiting out another process's lock does not hold
+        up this process's other threads."""
         if self.path.exists() and self.path.is_dir():
             raise StorageError(f"{self.path}: is a directory, not a database file; pass a file path (--db).")
+        gate = _file_gate(self._key)
         deadline = time.monotonic() + self.lock_timeout
         delay = _BACKOFF_START_S
         while True:
-            try:
-                if read_only:
-                    return duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG)
-                return duckdb.connect(str(self.path), read_only=False)
-            except duckdb.Error as exc:
-                if _is_lock_error(exc):
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise DatabaseLockedError(
-                            f"{self.path}: another process holds this database file{_holder(exc)}; waited "
-                            f"{self.lock_timeout:.1f} s for it. Wait for that process to finish or stop it "
-                            "(a runner or dashboard should only hold the file for a moment), or point "
-                            f"--db / ${DB_ENV} at another file."
-                        ) from exc
-                    time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - now)))
-                    delay = min(delay * 2, _BACKOFF_MAX_S)
-                    continue
-                if _is_corrupt_error(exc):
-                    raise DatabaseCorruptError(
-                        f"{self.path}: not a readable DuckDB database ({exc}). The file was left untouched. "
-                        "Move it aside (e.g. rename it to history.duckdb.bad) to start a new history, "
-                        f"or point --db / ${DB_ENV} at another file."
-                    ) from exc
-                raise StorageError(f"{self.path}: cannot open the database: {exc}") from exc
+            remaining = max(0.0, deadline - time.monotonic())
+            with (gate.reading if read_only else gate.writing)(remaining, str(self.path)):
+                try:
+                    conn = self._connect_once(read_only=read_only)
+                except duckdb.Error as exc:
+                    locked = exc
+                else:
+                    try:
+                        yield conn
+                    finally:
+                        conn.close()
+                    return
+            now = time.monotonic()
+            if now >= deadline:
+                raise DatabaseLockedError(
+                    f"{self.path}: another process holds this database file{_holder(locked)}; waited "
+                    f"{self.lock_timeout:.1f} s for it. Wait for that process to finish or stop it "
+                    "(a runner or dashboard should only hold the file for a moment), or point "
+                    f"--db / ${DB_ENV} at another file."
+                ) from locked
+            time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - now)))
+            delay = min(delay * 2, _BACKOFF_MAX_S)
 
     @contextmanager
     def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -276,10 +377,8 @@ class Database:
         if existing is not None:  # nested write in the same thread: reuse the open connection
             yield existing
             return
-        lock = _process_lock(self._key)
-        with lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = self._connect(read_only=False)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connection(read_only=False) as conn:
             writers[self._key] = conn
             try:
                 schema.migrate(conn, self.path)
@@ -295,7 +394,6 @@ class Database:
                 raise
             finally:
                 writers.pop(self._key, None)
-                conn.close()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -335,11 +433,8 @@ class Database:
             return
         if not self._checked:
             self._ensure_current()
-        conn = self._connect(read_only=True)
-        try:
+        with self._connection(read_only=True) as conn:
             yield conn
-        finally:
-            conn.close()
 
     def _ensure_current(self) -> None:
         from storage import schema
@@ -350,11 +445,8 @@ class Database:
                 f"`solci run`), or point --db / ${DB_ENV} at an existing history."
             )
         if self.path.exists():
-            conn = self._connect(read_only=True)
-            try:
+            with self._connection(read_only=True) as conn:
                 version = schema.check_version(conn, self.path)
-            finally:
-                conn.close()
             if version == schema.CURRENT_VERSION:
                 self._checked = True
                 return
@@ -367,11 +459,8 @@ class Database:
 
         if not self.path.exists():
             return 0
-        conn = self._connect(read_only=True)
-        try:
+        with self._connection(read_only=True) as conn:
             return schema.stored_version(conn)
-        finally:
-            conn.close()
 
 
 def open_database(

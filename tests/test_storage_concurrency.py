@@ -105,3 +105,120 @@ def test_runners_racing_for_jobs_never_share_one(tmp_path: Path):
         for p in procs:
             p.communicate("\n", timeout=60)
     assert all(p.returncode == 0 for p in procs)
+
+
+def test_threads_of_one_process_read_while_another_writes(tmp_path: Path):
+    """Seen in CI (stop 15): a runner's heartbeat thread wrote while its main thread read; DuckDB, which keeps one
+    instance per file and process, refused the read ("... is already attached by database ...") and a good job
+    was recorded as infra_error. Reads and writes of threads of one process now take turns; reads share."""
+    import threading
+
+    db = Database(tmp_path / "h.duckdb", lock_timeout=20)
+    ingest_result(db, make_result(run_id="r0", commit="c0", cases=FEW, n_samples=10))
+    (job_id, _) = jobs.enqueue(db, "repo", "c" * 40)
+    claimed = jobs.claim_next(db, "w", gpu="g")
+    assert claimed is not None and claimed.id == job_id
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            try:
+                assert jobs.heartbeat(db, job_id, claimed.lease_owner)
+            except Exception as exc:  # every failure is the finding
+                errors.append(f"write: {exc.__class__.__name__}: {exc}")
+
+    def read(n: int) -> None:
+        for _ in range(n):
+            try:
+                assert len(queries.runs(db)) == 1
+            except Exception as exc:  # every failure is the finding
+                errors.append(f"read: {exc.__class__.__name__}: {exc}")
+
+    writer = threading.Thread(target=beat)
+    readers = [threading.Thread(target=read, args=(60,)) for _ in range(2)]
+    writer.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    stop.set()
+    writer.join()
+    assert not errors, errors[:3]
+
+
+def test_a_write_inside_a_read_of_one_thread_is_refused_at_once(tmp_path: Path):
+    """DuckDB cannot hold one file read-only and read-write in one process: say so instead of waiting out the
+    lock timeout for a lock this very thread holds."""
+    import time
+
+    from storage.db import StorageError
+
+    db = Database(tmp_path / "h.duckdb", lock_timeout=20)
+    ingest_result(db, make_result(run_id="r0", commit="c0", cases=FEW, n_samples=10))
+    start = time.monotonic()
+    with db.read() as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        try:
+            with db.write():
+                pass
+        except StorageError as exc:
+            assert "inside a read" in str(exc)
+        else:
+            raise AssertionError("a write inside a read was allowed")
+    assert time.monotonic() - start < 5
+    with db.write() as conn:  # the gate is free again
+        conn.execute("SELECT 1")
+
+
+def test_a_write_waiting_on_another_process_does_not_hold_up_this_process_reads(tmp_path: Path):
+    """Another process reads the file (a dashboard, `solci sql`) for a long while: the runner's heartbeat cannot
+    write and retries, but the runner's own reads share that process's lock and must go on meanwhile; a write
+    must not keep this process's gate shut while it waits out the other process's lock."""
+    import threading
+    import time
+
+    db = Database(tmp_path / "h.duckdb", lock_timeout=2)
+    (job_id, _) = jobs.enqueue(db, "repo", "c" * 40)
+    claimed = jobs.claim_next(db, "w", gpu="g")
+    assert claimed is not None
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db.path)!r}, read_only=True); print('held', flush=True); "
+            "time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stop = threading.Event()
+    beat_failures: list[str] = []
+
+    def beat() -> None:
+        while not stop.wait(0.2):
+            try:
+                jobs.heartbeat(db, job_id, claimed.lease_owner)
+            except Exception as exc:  # expected while the other process holds the file
+                beat_failures.append(exc.__class__.__name__)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        writer = threading.Thread(target=beat)
+        writer.start()
+        failed: list[str] = []
+        reads, end = 0, time.monotonic() + 5
+        while time.monotonic() < end:
+            try:
+                assert jobs.get_job(db, job_id).status == "running"
+                reads += 1
+            except Exception as exc:  # every failure is the finding
+                failed.append(f"{exc.__class__.__name__}: {exc}")
+        stop.set()
+        writer.join()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert beat_failures, "the heartbeat should have found the file held by the other process"
+    assert not failed, failed[:2]
+    assert reads > 10
