@@ -29,19 +29,24 @@ Screening a run (``Series.screen``)
     does not hold in cycles (time x clock) is marked ``clock``.
 
 Confirming (``Series.decide``)
-    A run that moved is re-measured with its parent in one job, interleaved A B B A ... on the same GPU; each
+    A run that moved is re-measured with its parent (its git first parent; the newest commit of its level when
+    the ancestry is not known) in one job, interleaved A B B A ... on the same GPU; each
     pair gives a paired log ratio per case. A case is confirmed when the (Bonferroni over the tested cases)
     confidence interval of the mean ratio excludes 0 in the screened direction and the mean exceeds half the
     minimum effect; the suite likewise when every case was tested. A confirmed change that the in-run
     controls share, or that does not hold in cycles, is *ambiguous*; otherwise slower cases make the run
     *regressed* (a step opens, the only verdict that fails CI), faster ones *improved*; nothing confirmed is
-    *not reproduced*. One step carries every case it moved, with its interval.
+    *not reproduced*. One step carries every case it moved, with its interval. When the parent was not measured
+    yet (not in the level) and its re-measurement moved against the level as the run did, the change lies in
+    an earlier commit: the run passes, and that commit gets the step when it is judged.
 
 Lifecycle of a step: pending -> open (slower) | improvement (faster) | ambiguous | not_reproduced; an open step
-becomes fixed when a later confirmed step brings every case it moved back to its old level, or acknowledged
-(``solci ack``). Late steps (``Series.late_candidate``): within the current level, a split of the series
-(ruptures' binary segmentation) whose two sides differ beyond ``k_late`` standard errors names an earlier
-culprit that screening missed; it is confirmed the same way (culprit against its parent).
+becomes fixed when a later confirmed step brings every case it moved back to its old level or beyond (a revert
+that overshoots fixes it too), or acknowledged (``solci ack``). A step is its culprit's, judged once: a later
+run of that commit joins it (``Series.judge``) and its status stands. Late steps (``Series.late_candidate``):
+within the current level, a split of the series (ruptures' binary segmentation) whose two sides differ beyond
+``k_late`` standard errors names an earlier culprit that screening missed; it is confirmed the same way
+(culprit against its parent).
 """
 
 from __future__ import annotations
@@ -418,7 +423,7 @@ class CaseConfirmation:
 
 @dataclass
 class Decision:
-    """What a run's judging ends with: its verdict, the step it opens (if any) and the steps it fixes."""
+    """What a run's judging ends with: its verdict, the step it opens or joins (if any) and the steps it fixes."""
 
     verdict: str
     message: str
@@ -426,6 +431,8 @@ class Decision:
     fixes: list[str] = field(default_factory=list)  # step ids whose status becomes fixed
     confirmation: dict[str, CaseConfirmation] = field(default_factory=dict)
     suite_confirmation: CaseConfirmation | None = None
+    joined: bool = False  # ``step`` is the commit's confirmed step, which this run joins (not stored again)
+    earlier: str | None = None  # a pass: the change lies at this parent (not judged yet) or before it
 
 
 # Re-measures commit (B) against parent (A), interleaved, on the given cases: the runs labelled "A"/"B" in the
@@ -469,6 +476,10 @@ class Series:
         pts = [p for p in self.points[start:end] if p.runs]
         return pts[-self.cfg.level_points :]
 
+    def step_at(self, commit: str) -> Step | None:
+        """The newest confirmed step (a boundary) whose culprit is ``commit``, or None."""
+        return next((s for s in reversed(self.steps) if s.commit == commit and s.is_boundary), None)
+
     def cases(self) -> list[str]:
         seen: dict[str, None] = {}
         for p in self.points:
@@ -484,10 +495,10 @@ class Series:
         return self._noise
 
     # -- screening
-    def screen(self, run: RunFigures, noise: Noise | None = None) -> Screen:
-        """Compare one run with the level of its commit (``run.commit`` need not be a point yet)."""
+    def screen(self, run: RunFigures, noise: Noise | None = None, *, level: Sequence[Point] | None = None) -> Screen:
+        """Compare one run with the level of its commit (``run.commit`` need not be a point yet), or ``level``."""
         cfg = self.cfg
-        level = self.level_points(run.commit)
+        level = self.level_points(run.commit) if level is None else list(level)
         noise = noise or self.noise(run.kernel)
         out = Screen(run, [p.commit for p in level], {}, None)
         if not level:
@@ -615,6 +626,13 @@ class Series:
             why = " (the in-run baselines moved too: machine drift)" if screen.drift else ""
             worst = max(conf.values(), key=lambda x: abs(x.log_mean), default=None)
             detail = f"; re-measured {worst.case} {_pct(worst.change.change)}" if worst else ""
+            if parent is not None and parent not in screen.level_commits and self._measures_like(screen, pairs):
+                msg = (
+                    f"moved at screening, and so did its parent {parent[:12]} in {len(pairs)} interleaved pairs: "
+                    f"the change lies in an earlier, not yet judged commit ({parent[:12]} or before), not in this "
+                    f"one{detail}"
+                )
+                return Decision("pass", msg, confirmation=conf, suite_confirmation=suite_conf, earlier=parent)
             step = self._step(
                 step_id, run.commit, parent, "not_reproduced", screen.direction, screen, conf, suite_conf, pairs
             )
@@ -646,6 +664,39 @@ class Series:
         if fixes:
             msg += f"; fixes the step(s) at {', '.join(self._step_commit(s)[:12] for s in fixes)}"
         return Decision(verdict, msg, step, fixes, conf, suite_conf)
+
+    def _measures_like(self, screen: Screen, pairs: Sequence[tuple[RunFigures, RunFigures]]) -> bool:
+        """The parent's runs of the pairs moved against the run's level the run's way (at least half of them)."""
+        level = [self.points[i] for i in (self.index_of(c) for c in screen.level_commits) if i is not None]
+        parents = [a for a, _ in pairs]
+        same = [
+            s for s in (self.screen(a, level=level) for a in parents) if s.moved and s.direction == screen.direction
+        ]
+        return bool(parents) and 2 * len(same) >= len(parents)
+
+    def _join(self, known: Step, screen: Screen, decision: Decision) -> Decision:
+        """A run of the culprit of a confirmed step: the change is the commit's, judged once. When the run moved the
+        step's way it joins that step (``Decision.joined``: nothing of the step is stored again, its status
+        stands): regressed while the step is open, improved for an improvement, pass once it is acknowledged or
+        fixed. Otherwise the screen's verdict stands (an unconfirmed change either way is ambiguous), without a
+        step of its own."""
+        at = known.commit[:12]
+        status = known.status
+        if status == "fixed":
+            status = f"fixed by {self._step_commit(known.fixed_by)[:12]}" if known.fixed_by else "fixed"
+        step = decision.step
+        if step is None or not step.is_boundary or step.direction != known.direction:
+            verdict = decision.verdict if decision.verdict in ("pass", "ambiguous") else "ambiguous"
+            msg = f"{decision.message}; a run of the culprit of the step at {at} ({status}), which stands"
+            return Decision(verdict, msg, confirmation=decision.confirmation)
+        s = screen.suite or max(screen.cases.values(), key=lambda x: abs(x.change))  # it moved: there are cases
+        measured = f"{'suite' if s.case == SUITE else s.case} {_pct(math.expm1(s.change))}"
+        verdict = {"open": "regressed", "improvement": "improved"}.get(known.status, "pass")
+        msg = (
+            f"{verdict}: a run of the culprit of the step at {at} ({status}, {len(known.cases)} cases); it measures "
+            f"{measured} against the level before the step, as the step said: it joins that step"
+        )
+        return Decision(verdict, msg, known, confirmation=decision.confirmation, joined=True)
 
     def _step_commit(self, step_id: str) -> str:
         return next((s.commit for s in self.steps if s.step_id == step_id), step_id)
@@ -784,8 +835,15 @@ class Series:
         after (mean of the commit's runs, the screened one and the confirmation's) per case."""
         run = screen.run
         level = self.level_points(run.commit)
+        # a parent that is no point of the level (not measured before): the level before is its re-measurement
+        gap = [a for a, _ in pairs or []] if parent is not None and parent not in screen.level_commits else []
         before_log = {}
         for c in conf:
+            if gap:
+                vals = [x for x in (a.log(c) for a in gap) if x is not None]
+                if vals:
+                    before_log[c] = statistics.fmean(vals)
+                continue
             vals = [v for v in (p.value(c) for p in level) if v is not None]
             if vals:
                 before_log[c] = statistics.median(vals)
@@ -824,7 +882,10 @@ class Series:
 
     # -- lifecycle
     def fixes_by(self, new: Step) -> list[str]:
-        """Open steps earlier in the ancestry whose every case ``new``'s level brings back to where it was."""
+        """Open steps earlier in the ancestry whose every case ``new``'s level brings back to where it was or beyond.
+
+        A slowdown is fixed when the new level is at or below its old level within the threshold (a revert that
+        overshoots, or undoes two stacked slowdowns at once, fixes it too); a faster step symmetrically."""
         out = []
         noise = self.noise()
         for old in self.steps:
@@ -835,6 +896,7 @@ class Series:
             if self.index_of(old.commit) is None:
                 continue
             back = True
+            way = 1.0 if old.direction == "slower" else -1.0
             for case, level_before in old.before_log.items():
                 after = new.after_log.get(case)
                 if after is None:
@@ -843,7 +905,7 @@ class Series:
                     back = False
                     break
                 sigma = noise.sigma(case, self.cfg.prior_sigma)
-                if abs(after - level_before) >= max(self.cfg.log_min_effect, self.cfg.k * sigma):
+                if way * (after - level_before) >= max(self.cfg.log_min_effect, self.cfg.k * sigma):
                     back = False
                     break
             if back:
@@ -916,7 +978,7 @@ class Series:
         run = self.points[idx].first if idx is not None else pairs[0][1]
         noise = noise or self.noise()
         cfg = self.cfg
-        fake = Screen(run, ["late"], {}, None)
+        fake = Screen(run, [p.commit for p in self.level_points(commit)] or ["late"], {}, None)
         for c in cases:
             sigma = noise.sigma(c, cfg.prior_sigma)
             fake.cases[c] = CaseScreen(c, change, sigma, change / sigma, 0.0, 0.0, cfg.log_min_effect, True, sigma)
@@ -937,24 +999,37 @@ class Series:
         *,
         step_id: str,
         on_suspect: Callable[[Screen, Step], None] | None = None,
+        parent: str | None = None,
     ) -> tuple[Screen, Decision, Noise]:
-        """Judge a new run: screen it against its level; when it moved, re-measure it against the level's newest
-        commit (``confirm``; its runs join the series) and decide with those pairs; then the run and the
-        decision's step join the series. ``on_suspect`` gets the pending step before the re-measurement (the
-        runner stores it, so a watcher sees "suspect" meanwhile)."""
+        """Judge a new run: screen it against its level; when it moved, re-measure it against its parent
+        (``parent``: its git first parent; default the newest commit of its level; when no pair of the parent
+        came back, a broken parent say, against that newest commit) with ``confirm`` (its runs join the series)
+        and decide with those pairs; then the run and the decision's step join the series. A run of a commit
+        that already has a confirmed step is not re-measured: it joins that step (``_join``). ``on_suspect``
+        gets the pending step before the re-measurement (the runner stores it, so a watcher sees "suspect"
+        meanwhile)."""
         noise = self.noise(own.kernel)
         screen = self.screen(own, noise)
-        parent = screen.level_commits[-1] if screen.level_commits else None
+        newest = screen.level_commits[-1] if screen.level_commits else None
+        parent = parent or newest
+        known = self.step_at(own.commit)
         pairs = None
-        if screen.moved and not screen.baseline and confirm is not None and parent is not None:
+        if screen.moved and not screen.baseline and confirm is not None and parent is not None and known is None:
             if on_suspect is not None:
                 on_suspect(screen, Step(step_id, own.commit, parent, "pending", screen.direction))
             runs = confirm(parent, own.commit, screen.cases_to_confirm())
+            if not pair_up(runs) and newest is not None and parent != newest:
+                for _, r in runs:  # what came back of the parent stays in the series
+                    self.add_run(r, before=own.commit)
+                parent = newest
+                runs = confirm(parent, own.commit, screen.cases_to_confirm())
             for _, r in runs:
-                self.add_run(r)
+                self.add_run(r, before=own.commit)
             pairs = pair_up(runs)
             noise = self.noise(own.kernel)
         decision = self.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
+        if known is not None:
+            decision = self._join(known, screen, decision)
         self.add_run(own)
         self.apply(decision)
         return screen, decision, noise
@@ -989,11 +1064,13 @@ class Series:
                 for s in self.steps
             ]
 
-    def add_run(self, run: RunFigures) -> None:
+    def add_run(self, run: RunFigures, *, before: str | None = None) -> None:
+        """Add a run to its commit's point; a new point goes last, or right before ``before``'s point."""
         self._noise = None
         idx = self.index_of(run.commit)
         if idx is None:
-            self.points.append(Point(run.commit, [run]))
+            at = self.index_of(before) if before is not None else None
+            self.points.insert(len(self.points) if at is None else at, Point(run.commit, [run]))
         else:
             self.points[idx].runs.append(run)
 

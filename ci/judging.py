@@ -6,11 +6,14 @@
    judged for speed; a run that failed a case is ``incorrect`` / ``broken``; a quarantined run (faster than
    its hardware's speed of light) is ``quarantined``;
 2. otherwise the run is screened against its level (``ci.judge.Series.screen``); when it moved and
-   ``confirm`` is given, the runner re-measures the commit and the newest commit of its level, interleaved,
-   and the pairs decide (``Series.decide``); without ``confirm`` the screen decides (and drift or clocks make
-   the verdict ambiguous);
+   ``confirm`` is given, the runner re-measures the commit and its git first parent (``ancestry[1]``; the
+   newest commit of its level without an ancestry), interleaved, and the pairs decide (``Series.decide``);
+   without ``confirm`` the screen decides (and drift or clocks make the verdict ambiguous). A run of a commit
+   that already has a confirmed step joins that step; a step that opens withdraws the same change's step
+   wrongly blamed on a descendant (``storage.verdicts.record_judgement``);
 3. then the newest level is searched for a step screening missed (``Series.late_candidate``), confirmed the
-   same way and stored on its own culprit (it never changes the current run's verdict).
+   same way and stored on its own culprit (it never changes the current run's verdict); not after a run that
+   passed because its unjudged parent measured like it (that parent gets the step when it is judged).
 
 Everything judged is stored (``storage.verdicts``); the dashboard and ``solci flags`` only read it.
 """
@@ -63,6 +66,7 @@ class Outcome:
     message: str
     step_id: str | None = None
     late: str | None = None  # a line about a late step stored on an earlier commit
+    earlier: str | None = None  # a pass because the change lies at this unjudged parent (or before): judge it
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "verdict": self.verdict, "message": self.message, "step_id": self.step_id}
@@ -359,6 +363,8 @@ def judge_run(
 
     series, own = load_series(db, info, ancestry, cfg)
     step_id = f"{run_id[:16]}-step"  # one per run: a run judged again (its runner died) replaces its step
+    chain = list(ancestry or [])
+    parent = chain[1] if len(chain) > 1 and chain[0] == info["commit"] else None  # its git first parent
 
     def on_suspect(screen: Screen, pending: Step) -> None:
         against = (pending.parent or "?")[:12]
@@ -369,10 +375,19 @@ def judge_run(
         record_judgement(db, Judgement(verdict, _case_rows(screen, None, statuses), row))
 
     runs = _confirm_runs(db, confirm) if confirm is not None else None
-    screen, decision, noise = series.judge(own, runs, step_id=step_id, on_suspect=on_suspect)
-    record_judgement(db, _judgement(info, run_id, screen, decision, statuses, noise))
-    out = Outcome(run_id, decision.verdict, decision.message, decision.step.step_id if decision.step else None)
-    if late and runs is not None:
+    screen, decision, noise = series.judge(own, runs, step_id=step_id, on_suspect=on_suspect, parent=parent)
+    judgement = _judgement(info, run_id, screen, decision, statuses, noise)
+    if judgement.step is not None and parent is not None:
+        judgement.ancestors = chain[1:]
+    record_judgement(db, judgement)
+    out = Outcome(
+        run_id,
+        decision.verdict,
+        decision.message,
+        decision.step.step_id if decision.step else None,
+        earlier=decision.earlier,
+    )
+    if late and runs is not None and decision.earlier is None:  # not while the change waits for its culprit
         out.late = _late_step(db, info, series, runs)
     return out
 
@@ -392,7 +407,7 @@ def _judgement(
         "baseline_commit": screen.level_commits[-1] if screen.level_commits else None,
         "step_id": decision.step.step_id if decision.step else None,
     }
-    if decision.step is not None and decision.step.suite is not None:
+    if decision.step is not None and decision.step.suite is not None and not decision.joined:
         extra.update(
             suite_change=decision.step.suite.change, suite_lo=decision.step.suite.lo, suite_hi=decision.step.suite.hi
         )
@@ -404,7 +419,7 @@ def _judgement(
         _case_rows(screen, decision, statuses),
         noise=_noise_rows(noise),
     )
-    if decision.step is not None:
+    if decision.step is not None and not decision.joined:  # a joined step is the culprit's, stored already
         j.step, j.step_cases = _step_rows(decision.step, info, run_id, decision.message)
         j.fixes = list(decision.fixes)
     return j

@@ -59,9 +59,10 @@ from storage.db import SchemaVersionError
 
 SUITE = "__suite__"
 # steps.status: a boundary is a change of level the judging stands by (the level starts again after it); the
-# others are a step's way there (pending) or its end without one.
+# others are a step's way there (pending) or its end without one, or a step blamed on a descendant of the
+# commit that made the change, withdrawn when that commit was judged (withdrawn).
 BOUNDARY_STATUSES = ("open", "fixed", "acknowledged", "improvement")
-STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced")
+STEP_STATUSES = (*BOUNDARY_STATUSES, "pending", "ambiguous", "not_reproduced", "withdrawn")
 PUBLISHED_PROTOCOL = "SOL-ExecBench v1.1"
 PUBLISHED_HARDWARE_LABEL = "NVIDIA B200"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from storage.db import Database, StorageError
 from storage.ingest import insert_rows
+from storage.schema import BOUNDARY_STATUSES
 
 VERDICT_COLUMNS = (
     "run_id",
@@ -73,6 +74,13 @@ STEP_COLUMNS = (
 )
 STEP_CASE_COLUMNS = ("case_name", "change", "lo", "hi", "before_us", "after_us")
 ACKABLE = ("open", "ambiguous")
+# Commits below a commit (its descendants), through commits.parent (each commit's first parent).
+_BELOW = """
+    WITH RECURSIVE below(c, depth) AS (
+        SELECT "commit", 1 FROM commits WHERE parent = $commit
+        UNION ALL
+        SELECT k."commit", b.depth + 1 FROM commits k JOIN below b ON k.parent = b.c WHERE b.depth < 1000
+    )"""
 
 
 def _now() -> datetime:
@@ -89,6 +97,7 @@ class Judgement:
     step_cases: list[dict[str, Any]] = field(default_factory=list)  # STEP_CASE_COLUMNS
     fixes: list[str] = field(default_factory=list)  # step ids that become fixed by ``step``
     noise: list[dict[str, Any]] = field(default_factory=list)  # case_name, sigma_screen, sigma_pair, ...
+    ancestors: list[str] = field(default_factory=list)  # the step's commit's first-parent ancestors, newest first
 
 
 def _row(d: Mapping[str, Any], cols: Sequence[str]) -> list[Any]:
@@ -115,14 +124,61 @@ def _write_step(
         )
 
 
+def _withdraw_below(conn: Any, step: Mapping[str, Any], ancestors: Sequence[str], now: datetime) -> None:
+    """The same change wrongly blamed on a descendant goes when its culprit's step opens: a confirmed step of the
+    series, the same way, at a commit below ``step``'s (through commits.parent) and confirmed against one of
+    ``step``'s ancestors (so across it). Its status, when acknowledged or fixed, passes to ``step`` (an
+    acknowledged change stays acknowledged); the steps it fixed are fixed by ``step``; the verdicts that named
+    it pass, saying why; the step itself stays, ``withdrawn``."""
+    sid, status = step["step_id"], step["status"]
+    if status not in BOUNDARY_STATUSES or not ancestors:
+        return
+    rows = conn.execute(
+        f"""{_BELOW}
+        SELECT s.step_id, s."commit", s.status, s.fixed_by, s.ack_reason, s.ack_at FROM steps s
+        WHERE s.hardware_label = $hw AND s.protocol = $proto AND s.direction = $dir AND s.step_id <> $sid
+          AND s.status IN {BOUNDARY_STATUSES} AND list_contains($anc::VARCHAR[], s.parent_commit)
+          AND s."commit" IN (SELECT c FROM below)
+        ORDER BY s.created_at, s.step_id""",
+        {
+            "commit": step["commit"],
+            "hw": step["hardware_label"],
+            "proto": step["protocol"],
+            "dir": step["direction"],
+            "sid": sid,
+            "anc": list(ancestors),
+        },
+    ).fetchall()
+    for wrong, commit, wrong_status, fixed_by, ack_reason, ack_at in rows:
+        if status == "open" and wrong_status in ("acknowledged", "fixed"):
+            status = wrong_status
+            conn.execute(
+                "UPDATE steps SET status = ?, fixed_by = ?, ack_reason = ?, ack_at = ?, updated_at = ? "
+                "WHERE step_id = ?",
+                [wrong_status, fixed_by, ack_reason, ack_at, now, sid],
+            )
+        conn.execute("UPDATE steps SET fixed_by = ?, updated_at = ? WHERE fixed_by = ?", [sid, now, wrong])
+        why = f"withdrawn: the change is {step['commit'][:12]}'s (its step {sid}, judged later), not {commit[:12]}'s; "
+        conn.execute(
+            "UPDATE verdicts SET verdict = 'pass', step_id = NULL, message = ? || message WHERE step_id = ?",
+            [why, wrong],
+        )
+        conn.execute(  # kept, as what was said then: no longer a boundary, so no level starts there
+            "UPDATE steps SET status = 'withdrawn', ack_reason = ?, updated_at = ? WHERE step_id = ?",
+            [f"withdrawn: the change is {step['commit'][:12]}'s (step {sid})", now, wrong],
+        )
+
+
 def record_judgement(db: Database, j: Judgement) -> None:
     """Store a judgement: replaces the run's earlier verdict and step (a job retried after its runner died is
     judged again: what its first judging left, a pending step say, goes; the steps that one fixed are open
-    again until this judgement says otherwise); marks the fixed steps; refreshes the series' noise rows. Late
-    steps stored on the run (found at its commit later) stay."""
+    again until this judgement says otherwise); marks the fixed steps; withdraws the same change's step wrongly
+    blamed on a descendant (``j.ancestors``: below the step's commit, across it); refreshes the series' noise
+    rows. Late steps stored on the run (found at its commit later) stay, and so does a step the verdict joins
+    (a re-run of its culprit)."""
     now = _now()
     run_id = j.verdict["run_id"]
-    keep = j.step["step_id"] if j.step is not None else ""
+    keep = j.step["step_id"] if j.step is not None else (j.verdict.get("step_id") or "")
     with db.transaction() as conn:
         conn.execute("DELETE FROM verdicts WHERE run_id = ?", [run_id])
         conn.execute("DELETE FROM verdict_cases WHERE run_id = ?", [run_id])
@@ -144,6 +200,7 @@ def record_judgement(db: Database, j: Judgement) -> None:
         insert_rows(conn, "verdict_cases", [[run_id, *_row(c, CASE_COLUMNS)] for c in j.cases])
         if j.step is not None:
             _write_step(conn, j.step, j.step_cases, j.fixes, now)
+            _withdraw_below(conn, j.step, j.ancestors, now)
         if j.noise:
             hw, proto = j.verdict["hardware_label"], j.verdict["protocol"]
             conn.execute("DELETE FROM noise WHERE hardware_label = ? AND protocol = ?", [hw, proto])

@@ -452,3 +452,83 @@ def test_a_suite_drift_seen_by_eager_alone_is_ambiguous_not_a_regression():
     assert screen.suite is not None and screen.suite.moved and not screen.moved_cases
     assert d.verdict == "ambiguous" and "machine drift" in d.message, d.message
     assert d.step is None or d.step.status != "open"
+
+
+# ------------------------------------------------------------------------------------------------ blame
+def test_confirmation_is_against_the_git_first_parent_not_the_newest_measured_commit():
+    """The culprit ("gap") was not measured yet: the child is re-measured against it, not against the level's
+    newest commit; the parent measures like the child, so the child is not blamed (the change lies earlier)."""
+    m = Machine(sigma=0.003, seed=5)
+    s = history(m, 10)
+    calls: list = []
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        calls.append((parent, commit))
+        return confirm_runs(m, parent, commit, 1.10, 1.10, cases=cases)
+
+    _, d, _ = s.judge(m.run("child", 1.10), runs, step_id="s1", parent="gap")
+    assert calls == [("gap", "child")]
+    assert d.verdict == "pass" and d.step is None and "gap" in d.message and "earlier" in d.message, d.message
+    assert [p.commit for p in s.points[-2:]] == ["gap", "child"], "the parent's runs join the series before it"
+    _, own, _ = s.judge(m.run("gap2", 1.0), runs, step_id="s2", parent="h9")  # a flaky child of a quiet parent
+    assert own.verdict == "pass"
+
+
+def test_a_screened_move_the_unmeasured_parent_does_not_share_is_not_reproduced_not_passed():
+    m = Machine(sigma=0.003, seed=5)
+    s = history(m, 10)
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        return confirm_runs(m, parent, commit, 1.0, 1.0, cases=cases)
+
+    _, d, _ = s.judge(m.run("flaky", 1.08), runs, step_id="s1", parent="gap")
+    assert d.verdict == "not_reproduced", d.message
+
+
+def test_a_revert_that_overshoots_the_old_level_fixes_the_step():
+    """A regression is fixed when the later level is back at or below its old level; 5 % faster than before the
+    slowdown is not "still regressed"."""
+    m = Machine()
+    s = history(m, 8)
+    _, slow = judge(m, s, m.run("slow", 1.05), 1.0, 1.05)
+    for i in range(3):
+        judge(m, s, m.run(f"mid{i}", 1.05), 1.05, 1.05)
+    _, fix = judge(m, s, m.run("fix", 0.95), 1.05, 0.95)
+    assert fix.verdict == "improved" and fix.fixes == [slow.step.step_id], fix.message
+
+
+def test_a_revert_that_stops_short_of_the_old_level_does_not_fix_the_step():
+    m = Machine()
+    s = history(m, 8)
+    judge(m, s, m.run("slow", 1.10), 1.0, 1.10)
+    for i in range(3):
+        judge(m, s, m.run(f"mid{i}", 1.10), 1.10, 1.10)
+    _, part = judge(m, s, m.run("part", 1.05), 1.10, 1.05)
+    assert part.verdict == "improved" and part.fixes == [], part.message
+
+
+def test_a_rerun_of_the_culprit_joins_its_step_in_the_series():
+    m = Machine(sigma=0.003, seed=5)
+    s = history(m, 10)
+    _, d, _ = s.judge(m.run("c", 1.05), lambda p, c, cs: confirm_runs(m, p, c, 1.0, 1.05, cases=cs), step_id="s1")
+    assert d.verdict == "regressed"
+    _, again, _ = s.judge(m.run("c", 1.05), lambda p, c, cs: confirm_runs(m, p, c, 1.0, 1.05, cases=cs), step_id="s2")
+    assert again.verdict == "regressed" and again.step is not None and again.step.step_id == "s1", again.message
+    assert again.joined and [st.step_id for st in s.steps] == ["s1"]
+
+
+def test_a_parent_that_cannot_be_measured_falls_back_to_the_newest_commit_of_the_level():
+    """The first parent is broken (its confirmation runs fail, nothing comes back): the run is re-measured
+    against the level's newest commit instead, and a real change is still caught."""
+    m = Machine(sigma=0.003, seed=5)
+    s = history(m, 10)
+    calls: list = []
+
+    def runs(parent: str, commit: str, cases: list[str]):
+        calls.append((parent, commit))
+        return [] if parent == "broken" else confirm_runs(m, parent, commit, 1.0, 1.10, cases=cases)
+
+    _, d, _ = s.judge(m.run("child", 1.10), runs, step_id="s1", parent="broken")
+    assert calls == [("broken", "child"), ("h9", "child")]
+    assert d.verdict == "regressed" and d.step is not None and d.step.parent == "h9", d.message
+    assert s.index_of("broken") is None

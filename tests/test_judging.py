@@ -44,6 +44,7 @@ class Lab:
         purpose: str = "measure",
         job_id: int | None = None,
         cases: list[str] | None = None,
+        parent: str | None = None,
         **kw,
     ) -> str:
         self.n += 1
@@ -58,7 +59,7 @@ class Lab:
             started_at=BASE_TIME + timedelta(minutes=self.n),
             **kw,
         )
-        ingest_result(self.db, doc, job_id=job_id, purpose=purpose)
+        ingest_result(self.db, doc, job_id=job_id, purpose=purpose, parent=parent)
         return doc["run_id"]
 
     def confirmer(self, levels: dict[str, float | dict[str, float]], calls: list | None = None):
