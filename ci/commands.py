@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report is None:  # a stop signal came before the job finished
         return EXIT_INTERRUPTED
     print_report(db, report, show_log=args.verbose)
-    return exit_code_for([report.outcome])
+    return exit_code_for([report.exit_outcome])
 
 
 @handles_errors
@@ -126,7 +126,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     echo(f"worker {config.worker} on {config.gpu}, {runner.executor.name} executor, db {db.path}")
     stop = install_stop_signals()
     reports = runner.run(once=args.once, max_jobs=args.max_jobs, stop=stop)
-    return exit_code_for([r.outcome for r in reports]) if args.once else 0
+    return exit_code_for([r.exit_outcome for r in reports]) if args.once else 0
 
 
 # ------------------------------------------------------------------------------------------------ enqueue

@@ -248,6 +248,8 @@ def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:
         f"{report.commit}  {report.outcome.upper()}  (job {report.job_id}, run {report.run_id or '-'}, "
         f"{report.wall_s:.0f} s)"
     )
+    if not report.recorded:
+        print(f"  NOT RECORDED: {report.message}")
     v = verdict(db, report.run_id) if report.run_id else None
     if v is not None:
         print(f"  {v['message']}")

@@ -109,6 +109,12 @@ class JobReport:
     message: str = ""
     log: str = ""
     wall_s: float = 0.0
+    recorded: bool = True  # False: the outcome could not be stored (lease taken over, storage failing)
+
+    @property
+    def exit_outcome(self) -> str:
+        """The outcome an exit code reflects: infra_error when this runner could not record it."""
+        return self.outcome if self.recorded else "infra_error"
 
     @property
     def summary(self) -> str:
@@ -276,8 +282,8 @@ class Runner:
         lines.append(f"[solci] outcome: {report.outcome} ({report.wall_s:.1f} s)")
         report.log = clip_log("\n".join(x for x in lines if x))
         lease.closing()  # recording the outcome ends the job: a heartbeat after it is no takeover
-        self._finish(finish, report)
-        self.echo(report.summary)
+        if self._finish(finish, report, owner=lease.owner):
+            self.echo(report.summary)
         return report
 
     def _source(self, job: Any) -> Path | None:
@@ -320,6 +326,7 @@ class Runner:
             job_id=job.id,
             parent=ancestry[1] if len(ancestry) > 1 else None,
             expect_gpu_model=self.expected_gpu_model(),
+            expect_commit=job.commit,
         )
         if kept.rejected is not None:  # nothing it says is believed: stored as a rejected run, with the reason
             self._lines.append(f"[solci] result rejected: {kept.rejected}")
@@ -350,6 +357,14 @@ class Runner:
         result = judge_run(self.db, run_id, ancestry=ancestry or None, confirm=confirm, cfg=cfg)
         if result.late:
             self._lines.append(f"[solci] {result.late}")
+        if result.earlier:  # the change is the parent's (or older): make sure that commit is measured and judged
+            from storage.jobs import enqueue
+
+            parent_job, created = enqueue(self.db, job.repo, result.earlier, branch=job.branch, trigger="blame")
+            self._lines.append(
+                f"[solci] the change lies at {result.earlier[:12]} or before: "
+                + (f"queued it (job {parent_job})" if created else f"its job {parent_job} judges it")
+            )
         statuses = set(run_cases(self.db, run_id)["status"])
         return run_id, outcome_of(result.verdict, statuses), result.verdict, result.message
 
@@ -384,7 +399,7 @@ class Runner:
                     sha = parent if label == "A" else commit
                     self.echo(f"job {job.id}: confirmation run {len(done) + 1} ({label}: {sha[:12]})")
                     ex = self.executor.execute(source, sha, branch=job.branch, repo=job.repo, options=options)
-                    run_id, why = self._store_confirmation(job, ex)
+                    run_id, why = self._store_confirmation(job, ex, sha)
                     if run_id is None:
                         lines.append(f"[solci] confirmation run of {sha[:12]} failed ({why}):")
                         lines.append(ex.log[-4000:])
@@ -397,7 +412,7 @@ class Runner:
 
         return confirm
 
-    def _store_confirmation(self, job: Any, ex: Execution) -> tuple[str | None, str]:
+    def _store_confirmation(self, job: Any, ex: Execution, commit: str) -> tuple[str | None, str]:
         """Store one confirmation run: (its run_id, "") or (None, why it failed). Nothing of the document is
         read before validation; a document that fails it is stored as a rejected run (``storage.spool.store``),
         and a valid one whose suite did not pass is not stored (it is no re-measurement of the change)."""
@@ -413,7 +428,14 @@ class Runner:
         else:
             if ex.doc["suite"]["status"] != "pass":
                 return None, f"suite {ex.doc['suite']['status']}"
-        kept = store(self.db, ex.doc, job_id=job.id, purpose="confirm", expect_gpu_model=self.expected_gpu_model())
+        kept = store(
+            self.db,
+            ex.doc,
+            job_id=job.id,
+            purpose="confirm",
+            expect_gpu_model=self.expected_gpu_model(),
+            expect_commit=commit,
+        )
         if kept.rejected is not None:
             return None, f"rejected: {kept.rejected[:300]}"
         return kept.run_id, ""
@@ -427,7 +449,12 @@ class Runner:
             return None
         return run_info(self.db, job.run_id)
 
-    def _finish(self, finish: Callable[..., None], report: JobReport, attempts: int = 3) -> None:
+    def _finish(self, finish: Callable[..., None], report: JobReport, *, owner: str, attempts: int = 3) -> bool:
+        """Record the job's outcome under its lease ``owner``; False when it could not be recorded (the report
+        then says so): the lease was taken over, or storage kept failing (the job is then recovered once its
+        heartbeat is older than the lease timeout, and measured again)."""
+        from storage.jobs import LeaseLostError
+
         for attempt in range(attempts):
             try:
                 finish(
@@ -437,8 +464,21 @@ class Runner:
                     outcome=report.outcome,
                     log=report.log,
                     run_id=report.run_id,
+                    owner=owner,
                 )
-                return
-            except Exception as exc:  # e.g. the file stayed locked: the job is retried after a restart
+                return True
+            except LeaseLostError as exc:
+                report.recorded, report.message = False, str(exc)
+                self.echo(f"{exc} [this runner measured {report.outcome}]")
+                return False
+            except Exception as exc:  # e.g. the file stayed locked
                 self.echo(f"job {report.job_id}: could not record its outcome ({exc})")
-                time.sleep(2.0 * (attempt + 1))
+                if attempt + 1 < attempts:
+                    time.sleep(2.0 * (attempt + 1))
+        report.recorded = False
+        report.message = f"its outcome ({report.outcome}) could not be recorded; the job is measured again"
+        self.echo(
+            f"job {report.job_id}: {report.commit[:12]} measured {report.outcome}, but the outcome was not recorded; "
+            "the job goes back to the queue once its lease times out"
+        )
+        return False

@@ -78,11 +78,14 @@ def ingest_result(
     purpose: str = "measure",
     parent: str | None = None,
     expect_gpu_model: str | None = None,
+    expect_commit: str | None = None,
 ) -> bool:
     """Store a run whole or not at all; False when its run_id is already stored (nothing is added).
 
     The document is believed only after ``storage.result.validate`` (SchemaError / RejectedResult otherwise:
-    store it with ``reject``); with ``expect_gpu_model`` (the runner's own GPU) it must say it ran there. A run
+    store it with ``reject``); with ``expect_gpu_model`` (the runner's own GPU) it must say it ran there, with
+    ``expect_commit`` (the commit the runner measured) that it is that commit's. A run_id already stored is
+    believed a re-delivery only when that run is of the same commit and, with ``job_id``, of no other job. A run
     faster than its hardware's speed of light is stored quarantined (``runs.quarantine``): never a record,
     never a baseline. Updates the project's best-known records (passing, unquarantined GPU runs measured for
     their own sake only) and logs "record broken" events, links the run to ``job_id`` (a ``measure`` run
@@ -97,9 +100,17 @@ def ingest_result(
             f"result.hardware.gpu_model: {doc['hardware'].get('gpu_model')!r}, but this runner measures on "
             f"{expect_gpu_model!r}"
         )
+    if expect_commit is not None and doc["commit"] != expect_commit:
+        raise RejectedResult(f"result.commit: {doc['commit']!r}, but this runner measured {expect_commit!r}")
     quarantine = quarantine_reason(doc)
     with db.transaction() as conn:
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [doc["run_id"]]).fetchone():
+        stored = conn.execute('SELECT "commit", job_id FROM runs WHERE run_id = ?', [doc["run_id"]]).fetchone()
+        if stored is not None:
+            if stored[0] != doc["commit"] or (job_id is not None and stored[1] not in (None, job_id)):
+                raise RejectedResult(
+                    f"result.run_id: {doc['run_id']!r} is already stored, for commit {stored[0]} (job "
+                    f"{stored[1]}); this document says commit {doc['commit']} (job {job_id})"
+                )
             return False
         now = datetime.now(UTC).replace(tzinfo=None)
         _insert_dimensions(conn, doc, now, parent)

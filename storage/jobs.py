@@ -18,7 +18,10 @@ running job back to queued only when its owner is gone:
 
 A runner whose GPU slot runs a job with a live owner waits for it (``claim_next`` returns None). Claims also
 recover the jobs of other owners that are gone, so a dead host's job goes to another host after its lease
-runs out. Nothing is counted twice: a run is stored under its run_id and ingest is idempotent by run_id.
+runs out, and a job of this very process that no runner holds (its outcome could not be recorded) once its
+heartbeat is older than the lease timeout. Nothing is counted twice: a run is stored under its run_id and
+ingest is idempotent by run_id. ``finish`` records an outcome only under the lease that measured the job: a
+runner whose lease was taken over gets ``LeaseLostError`` and the new owner's outcome stands.
 """
 
 from __future__ import annotations
@@ -176,9 +179,13 @@ def owner_gone(
     if parsed is None:  # claimed by a solci without leases: only its start time tells
         return include_own
     host, pid, start = parsed
-    if host == this_host() and pid == os.getpid() and start == (process_start(pid) or "0"):
-        return include_own  # ours, and no runner of this process holds it
     last = heartbeat_at or started_at
+    if host == this_host() and pid == os.getpid() and start == (process_start(pid) or "0"):
+        # ours, and no runner of this process holds it: a claim leaves it alone until its heartbeat is older
+        # than the lease timeout (a runner whose outcome could not be recorded gets its slot back then)
+        if include_own:
+            return True
+        return last is not None and now - last > timedelta(seconds=lease_timeout)
     if last is not None and now - last > timedelta(seconds=lease_timeout):
         return True
     if host == this_host():
@@ -361,8 +368,26 @@ def heartbeat(db: Database, job_id: int, owner: str) -> bool:
     return row is not None
 
 
-def finish(db: Database, job_id: int, *, status: str, outcome: str, log: str, run_id: str | None = None) -> None:
-    """Close a job: status 'done' or 'failed', an outcome from OUTCOMES, the log (tail), the run it stored."""
+class LeaseLostError(StorageError):
+    """The job is no longer running under the lease that measured it (another runner took it over): the
+    outcome was not recorded, so the new owner's stands."""
+
+
+def finish(
+    db: Database,
+    job_id: int,
+    *,
+    status: str,
+    outcome: str,
+    log: str,
+    run_id: str | None = None,
+    owner: str | None = None,
+) -> None:
+    """Close a job: status 'done' or 'failed', an outcome from OUTCOMES, the log (tail), the run it stored.
+
+    ``owner``: the lease that measured it; the job is closed only while it is still running under that lease,
+    else ``LeaseLostError`` and nothing changes (a runner whose lease was taken over never overwrites the
+    outcome of the runner that took it)."""
     if status not in ("done", "failed"):
         raise ValueError(f"finish: status must be 'done' or 'failed', got {status!r}")
     if outcome not in OUTCOMES:
@@ -370,16 +395,30 @@ def finish(db: Database, job_id: int, *, status: str, outcome: str, log: str, ru
     if _is_lake(db):
         from storage import lake_queue
 
-        lake_queue.finish(db, job_id, status=status, outcome=outcome, log=log, run_id=run_id)
+        lake_queue.finish(db, job_id, status=status, outcome=outcome, log=log, run_id=run_id, owner=owner)
         return
+    guard, params = ("", []) if owner is None else (" AND status = 'running' AND lease_owner = ?", [owner])
     with db.transaction() as conn:
         row = conn.execute(
-            """UPDATE jobs SET status = ?, outcome = ?, log = ?, run_id = coalesce(?, run_id), finished_at = ?
-               WHERE id = ? RETURNING id""",
-            [status, outcome, log, run_id, _now(), job_id],
+            f"""UPDATE jobs SET status = ?, outcome = ?, log = ?, run_id = coalesce(?, run_id), finished_at = ?
+               WHERE id = ?{guard} RETURNING id""",
+            [status, outcome, log, run_id, _now(), job_id, *params],
         ).fetchone()
         if row is None:
+            current = conn.execute("SELECT status, lease_owner FROM jobs WHERE id = ?", [job_id]).fetchone()
+    if row is None:
+        if current is None:
             raise StorageError(f"{db.path}: no job with id {job_id}")
+        raise LeaseLostError(lease_lost_message(job_id, owner, *current))
+
+
+def lease_lost_message(job_id: int, owner: str | None, status: str, holder: str | None) -> str:
+    """Why a runner's outcome of ``job_id`` was not recorded (its lease ``owner`` is no longer the job's)."""
+    return (
+        f"job {job_id}: its outcome was not recorded: the job is {status} under lease {holder or 'none'}, "
+        f"not {owner} (another runner took it over after this one's heartbeats stopped); that runner's "
+        "outcome stands"
+    )
 
 
 def recover_stale(db: Database, *, gpu: str | None = None) -> list[int]:

@@ -34,7 +34,9 @@ from storage.jobs import (
     GPU_MODEL_ENV,
     JOB_FIELDS,
     Job,
+    LeaseLostError,
     _stale_ids,
+    lease_lost_message,
     local_gpu_model,
     owner_id,
     this_host,
@@ -239,15 +241,25 @@ def heartbeat(db: Any, job_id: int, owner: str) -> bool:
     return row is not None
 
 
-def finish(db: Any, job_id: int, *, status: str, outcome: str, log: str, run_id: str | None) -> None:
+def finish(
+    db: Any, job_id: int, *, status: str, outcome: str, log: str, run_id: str | None, owner: str | None = None
+) -> None:
+    guard, params = ("", ()) if owner is None else (" AND status = 'running' AND lease_owner = %s", (owner,))
     with db.pg() as pg:
         row = pg.execute(
             f"""UPDATE solci.jobs SET status = %s, outcome = %s, log = %s, run_id = coalesce(%s, run_id),
-                    finished_at = {_NOW} WHERE id = %s RETURNING id""",
-            (status, outcome, log, run_id, job_id),
+                    finished_at = {_NOW} WHERE id = %s{guard} RETURNING id""",
+            (status, outcome, log, run_id, job_id, *params),
         ).fetchone()
+        current = (
+            None
+            if row
+            else pg.execute("SELECT status, lease_owner FROM solci.jobs WHERE id = %s", (job_id,)).fetchone()
+        )
     if row is None:
-        raise StorageError(f"{db.describe()}: no job with id {job_id}")
+        if current is None:
+            raise StorageError(f"{db.describe()}: no job with id {job_id}")
+        raise LeaseLostError(lease_lost_message(job_id, owner, *current))
 
 
 def recover_stale(db: Any, *, gpu: str | None) -> list[int]:

@@ -434,7 +434,7 @@ def test_a_job_the_runner_finished_itself_is_never_reported_as_a_lost_lease(
     said: list[str] = []
     reports = Runner(db, RunnerConfig(worker="w"), executor=FakeExecutor(dict.fromkeys(shas, "pass")), echo=said.append)
     done = reports.run(once=True)
-    assert [r.outcome for r in done] == ["passed", "passed"]
+    assert [r.outcome for r in done] == ["passed", "passed"], [r.log for r in done]
     assert not [line for line in said if "lease lost" in line], said
     assert [get_job(db, r.job_id).status for r in done] == ["done", "done"]
 
@@ -454,8 +454,51 @@ def test_a_lease_taken_over_by_another_runner_is_still_reported(db: Database, tm
             return super().execute(source, commit, branch=branch, repo=repo, options=options)
 
     said: list[str] = []
-    Runner(db, RunnerConfig(worker="w"), executor=Usurped(dict.fromkeys(shas, "pass")), echo=said.append).run(once=True)
+    done = Runner(db, RunnerConfig(worker="w"), executor=Usurped(dict.fromkeys(shas, "pass")), echo=said.append).run(
+        once=True
+    )
     assert [line for line in said if "lease lost (another runner took the job over)" in line], said
+    # ... and the runner that lost it never overwrites the job the other runner now holds (audit, stop 16)
+    job = get_job(db, done[0].job_id)
+    assert (job.status, job.lease_owner, job.outcome) == ("running", "other:1:1", None)
+    assert not done[0].recorded and done[0].exit_outcome == "infra_error"
+    assert [line for line in said if "its outcome was not recorded" in line and "other:1:1" in line], said
+
+
+def test_a_job_whose_outcome_could_not_be_recorded_is_measured_again_by_the_same_runner(
+    db: Database, tmp_path: Path, monkeypatch
+) -> None:
+    """Audit (stop 16): when recording the outcome kept failing (the file locked for long, the disk full), the job
+    stayed 'running' under this very process and no claim of this process ever took it back: the runner's slot
+    was busy until a restart, and every later commit waited. Now the job goes back to the queue once its
+    heartbeat is older than the lease timeout, and the same runner measures it again."""
+    from storage import jobs
+    from storage.db import DatabaseLockedError
+
+    monkeypatch.setenv(jobs.LEASE_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(jobs.HEARTBEAT_ENV, "0.2")
+    _, shas = queued_commits(db, tmp_path, n=1)
+    real_finish, failing = jobs.finish, [True]
+
+    def flaky_finish(*args, **kwargs):
+        if failing[0]:
+            raise DatabaseLockedError("another process held the file for the whole lock timeout")
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "finish", flaky_finish)
+    said: list[str] = []
+    runner = Runner(db, RunnerConfig(worker="w"), executor=FakeExecutor(dict.fromkeys(shas, "pass")), echo=said.append)
+    first = runner.run(once=True)
+    assert [(r.outcome, r.recorded, r.exit_outcome) for r in first] == [("passed", False, "infra_error")]
+    assert get_job(db, first[0].job_id).status == "running"
+    failing[0] = False
+    deadline = time.monotonic() + 30
+    again: list = []
+    while not again and time.monotonic() < deadline:  # the lease times out after 1 s
+        time.sleep(0.3)
+        again = runner.run(once=True)
+    assert [(r.job_id, r.outcome, r.recorded) for r in again] == [(first[0].job_id, "passed", True)], said
+    assert get_job(db, first[0].job_id).status == "done"
 
 
 def test_measure_options_to_cli() -> None:
@@ -791,3 +834,53 @@ def test_a_forged_confirmation_document_is_a_rejected_run_not_a_runner_crash(
     with db.read() as conn:
         n = conn.execute("SELECT count(*) FROM rejected_runs WHERE job_id = ?", [last.job_id]).fetchone()[0]
     assert n == 1
+
+
+def test_a_result_document_of_another_commit_is_rejected_never_stored_for_it(db: Database, tmp_path: Path) -> None:
+    """Audit (stop 16): nothing tied a result document to the job that produced it. A kernel that can write the
+    document (the Docker executor's harness shares its container) could plant a run of its parent, or reuse an
+    existing run's id so that its job was linked to, and judged on, another commit's run."""
+    _, shas = queued_commits(db, tmp_path, n=3)
+
+    class Forging(FakeExecutor):
+        def execute(self, source, commit, *, branch, repo, options):
+            execution = super().execute(source, commit, branch=branch, repo=repo, options=options)
+            if commit == shas[1]:  # claims to be its parent, with a fast figure
+                execution.doc = make_result(commit=shas[0], cases=list(self.cases), repo=repo, scale=0.5)
+            if commit == shas[2]:  # reuses the run id of the first commit's stored run
+                execution.doc["run_id"] = first_run_id[0]
+            return execution
+
+    first_run_id: list[str] = []
+    runner = Runner(db, RunnerConfig(worker="w"), executor=Forging(dict.fromkeys(shas, "pass")), echo=lambda _m: None)
+    first = runner.run(once=True, max_jobs=1)
+    first_run_id.append(first[0].run_id)
+    rest = runner.run(once=True)
+    assert [r.outcome for r in first + rest] == ["passed", "rejected", "rejected"]
+    assert "this runner measured" in rest[0].message and "already stored" in rest[1].message
+    with db.read() as conn:
+        stored = conn.execute('SELECT "commit", count(*) FROM runs GROUP BY 1').fetchall()
+        linked = conn.execute("SELECT id, run_id FROM jobs ORDER BY id").fetchall()
+    assert stored == [(shas[0], 1)]  # nothing planted for the parent
+    assert [run_id for _id, run_id in linked] == [first_run_id[0], None, None]
+
+
+def test_a_child_measured_before_its_culprit_passes_and_queues_the_culprit(db: Database, tmp_path: Path) -> None:
+    """Audit (stop 16): the child of an unmeasured culprit (its job ran first: a retried job, another runner, a
+    push queued out of order) was re-measured against the newest measured commit and blamed. Now it is re-measured
+    against its git parent, passes when that measures like it, and the parent is queued (if it was not) to be
+    judged: the one step lands on the culprit."""
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    shas = [repo.commit_file("notes.txt", f"{i}\n", f"c{i}") for i in range(6)]
+    plan = dict(zip(shas, ["pass"] * 4 + ["slow", "slow"], strict=True))
+    for sha in shas[:4] + shas[5:]:  # the culprit shas[4] is not queued
+        enqueue(db, str(repo.path), sha, branch="main")
+    fake = FakeExecutor(plan)
+    said: list[str] = []
+    first = Runner(db, RunnerConfig(worker="w"), executor=fake, echo=said.append).run(once=True)
+    assert [r.commit for r in first] == [*shas[:4], shas[5], shas[4]]  # the culprit was queued, and measured
+    assert [r.outcome for r in first] == ["passed"] * 4 + ["passed", "regressed"]
+    assert "lies at" in first[4].log and shas[4][:12] in first[4].log
+    steps = queries.changes(db)
+    assert list(zip(steps["commit"], steps["status"], strict=True)) == [(shas[4], "open")]
+    assert {j.commit: j.trigger for j in list_jobs(db)}[shas[4]] == "blame"

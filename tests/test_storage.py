@@ -25,6 +25,7 @@ from storage.db import (
     default_db_path,
 )
 from storage.ingest import ingest_result
+from storage.result import RejectedResult
 
 FEW = ["4,128", "8,256", "1,1024"]
 TABLES = {
@@ -185,7 +186,8 @@ def test_ingest_is_idempotent(db):
     assert ingest_result(db, doc) is True
     sizes = {t: count(db, t) for t in TABLES}
     assert ingest_result(db, doc) is False
-    assert ingest_result(db, make_result(run_id="r1", cases=FEW, commit="other")) is False
+    with pytest.raises(RejectedResult, match="already stored, for commit c1"):  # never another commit's run
+        ingest_result(db, make_result(run_id="r1", cases=FEW, commit="other"))
     assert {t: count(db, t) for t in TABLES} == sizes
     assert sizes["runs"] == 1 and sizes["results"] == 3 and sizes["samples"] == 9
     with db.read() as conn:
