@@ -13,13 +13,15 @@ Timers (all take the same per-iteration preparation):
   the fallback where the profiler cannot run.
 * ``wall_clock``: ``time.perf_counter`` around the call (the CPU interpreter; no L2 flush).
 
-Every iteration (warm-up too) gets its own input copies and zeroed outputs, all allocated before the loop so
-the addresses are new each time and no preparation kernel runs inside the loop. With ``host_ahead`` the GPU
-is first held by a sleep kernel long enough for the host to enqueue the flush and the call, so host launch
-overhead is not in the figure (as with the benchmark's CUPTI spans). On the stream, iteration i is then
-``[sleep][flush][call's kernels...]``; the CUPTI timer attributes to iteration i every GPU activity after the
-i-th flush kernel up to the next flush, less the next iteration's host-ahead sleep (the marker names are
-learned once by profiling them alone): a sleep the call launches itself counts.
+Every iteration (warm-up too) gets its own inputs and zeroed outputs, all allocated before the loop so the
+addresses are new each time and no preparation kernel runs inside the loop; the measuring worker's input sets
+(``kernel.reference.timing_sets``) also hold new values each time, so a call cannot reuse an earlier one's
+results. The iterations whose outputs are checked again after the loop are drawn at random once it has run.
+With ``host_ahead`` the GPU is first held by a sleep kernel long enough for the host to enqueue the flush and
+the call, so host launch overhead is not in the figure (as with the benchmark's CUPTI spans). On the stream,
+iteration i is then ``[sleep][flush][call's kernels...]``; the CUPTI timer attributes to iteration i every GPU
+activity after the i-th flush kernel up to the next flush, less the next iteration's host-ahead sleep (the
+marker names are learned once by profiling them alone): a sleep the call launches itself counts.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import random
 import statistics
 import time
 import warnings
@@ -81,6 +84,7 @@ _FIRST_SLEEP_US = 2000.0
 _MIN_SLEEP_US = 100.0
 _DEFAULT_CYCLES_PER_US = 2500.0  # used without NVML: above any current boost clock, so sleeps err long
 _SET_MEMORY_FRACTION = 0.6  # rotated input sets may take this much of the free device memory
+_PICK = random.SystemRandom()  # which timed iterations are kept: the OS's randomness, never a seeded RNG
 
 
 @dataclass(frozen=True)
@@ -260,10 +264,20 @@ def _gpu_activities(prof: Any) -> list[Activity]:
 
 # ------------------------------------------------------------------------------------------------ timers
 @dataclass
+class KeptIteration:
+    """A timed iteration kept for checking after the loop: its number among the timed iterations (0-based,
+    warm-up not counted) and the arguments it was called with."""
+
+    index: int
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
 class TimingRun:
     samples_us: list[float]  # the timed iterations only
     extra: dict[str, Any] = field(default_factory=dict)  # diagnostics stored beside the samples
-    kept: list[tuple[tuple, dict]] = field(default_factory=list)  # the last timed iterations' (args, kwargs)
+    kept: list[KeptIteration] = field(default_factory=list)  # timed iterations drawn at random after the loop
 
 
 class Timer:
@@ -358,8 +372,9 @@ class Timer:
     def run(
         self, protocol: Protocol, fn: Callable, make_set: Callable[[], tuple[tuple, dict]], *, keep: int = 0
     ) -> TimingRun:
-        """Time ``fn(*args, **kwargs)`` under the protocol; ``make_set`` gives one iteration's fresh copies.
-        ``keep``: return the last ``keep`` timed iterations' arguments (their outputs are checked again)."""
+        """Time ``fn(*args, **kwargs)`` under the protocol; ``make_set`` gives one iteration's fresh inputs.
+        ``keep``: return ``keep`` timed iterations (all of them when there are no more), drawn at random once the
+        loop has run, with their arguments (their outputs are checked again)."""
         torch = self.torch
         n = protocol.warmup + protocol.iters
         first = make_set()
@@ -398,8 +413,10 @@ class Timer:
             extra["activities_per_iter"] = statistics.median(len(g) for g in groups[protocol.warmup :])
             extra["activity_names"] = sorted({a[0][:160] for g in groups for a in g})[:8]
         if len({a.data_ptr() for s in sets for a in _tensors(s[0])}) != sum(len(_tensors(s[0])) for s in sets):
-            raise RuntimeError("timing: two iterations shared an input address (every iteration needs fresh copies)")
-        kept = sets[len(sets) - keep :] if keep else []
+            raise RuntimeError("timing: two iterations shared an input address (every iteration needs fresh inputs)")
+        timed = range(protocol.iters)
+        picked = sorted(timed if keep >= protocol.iters else _PICK.sample(timed, keep)) if keep > 0 else []
+        kept = [KeptIteration(i, *sets[protocol.warmup + i]) for i in picked]
         del sets
         return TimingRun([float(s) for s in samples[protocol.warmup :]], extra, kept)
 

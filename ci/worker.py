@@ -11,8 +11,10 @@ is not on ``sys.path``, and ``python -I`` ignores ``PYTHON*`` variables).
 
 After importing the kernel, after its correctness rounds and after its timed loop, the harness checks that the
 functions and constants it relies on are still the ones it imported (``Integrity``), that the kernel started
-no Python thread and left the default stream current, and, after timing, that the outputs of the last timed
-iterations are still correct. A failed check makes the case an error and ends the worker.
+no Python thread and left the default stream current, and, after timing, that the outputs of timed iterations
+drawn at random once the loop has run match the reference of that iteration's own inputs (every iteration gets
+new input values, so reusing an earlier call's results fails). A failed integrity check makes the case an
+error and ends the worker; a failed output check makes it incorrect.
 
 It talks JSON lines: stdout is reserved for messages (fd 1 is pointed at stderr before anything is imported,
 so prints from kernels cannot corrupt it); the parent (``ci.measure``) reads them with a deadline, computes
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 _TIMING_SEED_OFFSET = 1_000_003
-KEEP_FOR_RECHECK = 2  # the last timed iterations whose outputs are checked again after the loop
+KEEP_FOR_RECHECK = 3  # timed iterations, drawn at random after the loop, whose outputs are checked again
 
 # What the harness measures with, beyond its own modules: replacing any of these is tampering.
 WATCHED = (
@@ -95,8 +97,31 @@ WATCHED = (
     "torch.Tensor.__le__",
     "torch.Tensor.__eq__",
     "torch.profiler.profile",
+    "random.SystemRandom",
+    "random.SystemRandom.sample",
+    "random.SystemRandom.getrandbits",
+    "random.SystemRandom._randbelow",
+    "random._urandom",
 )
 HARNESS_MODULES = ("ci.worker", "ci.timing", "ci.hardware", "kernel.reference", "kernel.correctness", "kernel.workload")
+
+
+FILE_LIMIT_ENV = "SOLCI_WORKER_FILE_LIMIT_MB"
+DEFAULT_FILE_LIMIT_MB = 256
+
+
+def limit_file_size() -> int:
+    """Cap every file this process writes (its stderr file on the runner's disk above all, also caches) at
+    ``$SOLCI_WORKER_FILE_LIMIT_MB`` (default 256): a kernel printing without end gets EFBIG instead of filling
+    the runner's disk. Soft and hard limits both, set before the kernel is imported, so it cannot raise them."""
+    import resource
+
+    cap = int(float(os.environ.get(FILE_LIMIT_ENV) or DEFAULT_FILE_LIMIT_MB) * 2**20)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    return cap
 
 
 def _claim_stdout() -> TextIO:
@@ -224,12 +249,20 @@ class Integrity:
     is imported; ``problems()`` names what changed since, and the Python threads that appeared."""
 
     def __init__(self) -> None:
+        import random
         import statistics
         import time
 
         import torch
 
-        self.roots = {"time": time, "statistics": statistics, "json": json, "math": math, "torch": torch}
+        self.roots = {
+            "time": time,
+            "statistics": statistics,
+            "json": json,
+            "math": math,
+            "torch": torch,
+            "random": random,
+        }
         self.watched = {name: id(_resolve(self.roots, name)) for name in WATCHED}
         self.modules = {name: sys.modules[name] for name in HARNESS_MODULES if name in sys.modules}
         self.contents = {name: _module_contents(name, mod) for name, mod in self.modules.items()}
@@ -381,13 +414,20 @@ class Worker:
                     ("cublas", self.reference.two_matmuls, False),
                 ]
             make_set = self.reference.timing_sets(b, s, self.device, seed + _TIMING_SEED_OFFSET)
-            refs = None
+            draw = make_set.draw  # the maker's own, taken before any timed call of the kernel
+            made = [0]  # input sets made so far (the maker's call numbers), counted here
+
+            def next_set(with_out: bool) -> tuple[tuple, dict]:
+                made[0] += 1
+                return make_set(with_out)
+
             for k, proto in enumerate(protocols):
                 for impl, f, with_out in impls:
                     self.phase(f"timing {impl} ({proto.timer})")
+                    first = made[0] + proto.warmup  # the maker's call number of this run's timed iteration 0
                     try:
                         run = self.timer.run(
-                            proto, f, lambda w=with_out: make_set(w), keep=KEEP_FOR_RECHECK if with_out else 0
+                            proto, f, lambda w=with_out: next_set(w), keep=KEEP_FOR_RECHECK if with_out else 0
                         )
                     except Exception as exc:
                         if k == 0 or is_fatal(exc):
@@ -396,9 +436,7 @@ class Worker:
                         continue
                     if impl == "kernel":
                         self.verify(f"after timing the kernel ({proto.timer})")
-                        if refs is None:
-                            refs = self.reference.attn_output_proj_backward_ref(*make_set.inputs)
-                        bad = self.correctness.recheck(run.kept, refs, b * s)
+                        bad = self.correctness.recheck(run.kept, b * s, lambda it, c=first: draw(c + it.index))
                         if bad:
                             res["status"], res["error"] = "incorrect", f"after the timed loop ({proto.timer}): {bad}"
                             impls = [x for x in impls if x[0] != "kernel"]
@@ -445,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto")
     parser.add_argument("--candidate", help="the commit's tree: its kernel package is the one measured")
     args = parser.parse_args(argv)
+    limit_file_size()
     proto = _claim_stdout()
     faulthandler.enable(sys.stderr)  # a crash leaves its Python stack in the stderr tail
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import torch
@@ -59,21 +60,39 @@ def make_inputs(
     return go, x, w
 
 
+def iteration_seed(seed: int, call: int) -> int:
+    """The generator seed of ``timing_sets``' ``call``-th input set (0-based) for the case seed ``seed``."""
+    digest = hashlib.blake2b(f"solci-timing:{seed}:{call}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
 def timing_sets(
     batch_size: int, seq_len: int, device: str | torch.device, seed: int
 ) -> Callable[[bool], tuple[tuple, dict]]:
-    """The input-set maker of every timed loop: ``make(with_out)`` gives one iteration's fresh copies of one
-    set of inputs (new addresses each call) and, for the kernel (``with_out``), zeroed output tensors."""
+    """The input-set maker of every timed loop: ``make(with_out)`` gives one iteration's inputs, new values
+    each call (drawn as ``make_inputs`` draws them, on the device, by a generator seeded from ``seed`` and the
+    call's number: reproducible), new addresses, and, for the kernel (``with_out``), zeroed output tensors.
+
+    ``make.calls`` counts the sets made so far; ``make.draw(i)`` draws the inputs of call ``i`` again (pristine,
+    to check an iteration's outputs against)."""
     device = torch.device(device)
-    proto = make_inputs(batch_size, seq_len, device, generator=torch.Generator(device).manual_seed(seed))
+    calls = 0
+
+    def draw(call: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gen = torch.Generator(device).manual_seed(iteration_seed(seed, call))
+        return make_inputs(batch_size, seq_len, device, generator=gen)
 
     def make(with_out: bool) -> tuple[tuple, dict]:
-        args = tuple(t.clone() for t in proto)
+        nonlocal calls
+        args = draw(calls)
+        calls += 1
+        make.calls = calls  # type: ignore[attr-defined]
         if not with_out:
             return args, {}
         ga = torch.zeros((batch_size, NUM_HEADS, seq_len, HEAD_DIM), dtype=torch.bfloat16, device=device)
         gw = torch.zeros((HIDDEN, HIDDEN), dtype=torch.bfloat16, device=device)
         return args, {"out": (ga, gw)}
 
-    make.inputs = proto  # type: ignore[attr-defined]  # the set every copy is made from (for the reference)
+    make.calls = 0  # type: ignore[attr-defined]
+    make.draw = draw  # type: ignore[attr-defined]
     return make

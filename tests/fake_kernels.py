@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -90,10 +91,57 @@ def illegal_address(go, x, w, *, out=None):
     return ga, gw
 
 
+_CACHE: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def _called_by_the_timer() -> bool:
+    """Whether the caller is the harness's timed loop (ci/timing.py), found through the caller's frame."""
+    return os.path.basename(sys._getframe(2).f_code.co_filename) == "timing.py"
+
+
+def caches(go, x, w, *, out=None):
+    """Correct wherever it is checked; inside a timed loop it computes honestly on its first call only and
+    afterwards copies its cached outputs into ``out=`` (fast, and right only while the inputs never change)."""
+    if not _called_by_the_timer():
+        return good(go, x, w, out=out)
+    ga, gw = _outputs(go, out)
+    key = ("outputs", tuple(go.shape))
+    if key not in _CACHE:
+        _CACHE[key] = tuple(t.clone() for t in good(go, x, w, out=(ga, gw)))
+    else:
+        ga.copy_(_CACHE[key][0])
+        gw.copy_(_CACHE[key][1])
+    return ga, gw
+
+
+def caches_inputs_too(go, x, w, *, out=None):
+    """As ``caches``, and it also overwrites each later call's inputs with the first call's, so its outputs
+    match the inputs it leaves behind."""
+    if not _called_by_the_timer():
+        return good(go, x, w, out=out)
+    ga, gw = _outputs(go, out)
+    key = ("inputs", tuple(go.shape))
+    if key not in _CACHE:
+        _CACHE[key] = tuple(t.clone() for t in (go, x, w, *good(go, x, w, out=(ga, gw))))
+    else:
+        for dst, src in zip((go, x, w, ga, gw), _CACHE[key], strict=True):
+            dst.copy_(src)
+    return ga, gw
+
+
 def gpu_mixed(go, x, w, *, out=None):
     """Batch 1: illegal address; otherwise correct."""
     fn = illegal_address if go.shape[0] == 1 else good
     return fn(go, x, w, out=out)
+
+
+def floods_stderr(go, x, w, *, out=None):
+    """Prints without end (bounded here at 64 MiB, past the worker's file limit the test sets)."""
+    chunk = "x" * (1 << 20) + "\n"
+    for _ in range(64):
+        sys.stderr.write(chunk)
+    sys.stderr.flush()
+    return good(go, x, w, out=out)
 
 
 BEHAVIOUR_BY_BATCH = {1: raises, 2: wrong, 3: unwritten, 4: mutates, 5: segfaults, 6: good, 7: hangs, 8: good, 9: exits}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,27 @@ def test_the_parent_makes_every_statistic_from_raw_samples():
             1.0,
         )
         assert rec["status"] == "error", bad
+
+
+def test_a_kernel_printing_without_end_cannot_fill_the_runners_disk(tmp_path):
+    """Audit (stop 16): the worker's stderr goes to a file on the runner's disk, unbounded: a kernel printing in
+    a loop for the whole case timeout could fill it. The worker caps every file it writes (RLIMIT_FSIZE, soft and
+    hard, before the kernel is imported); past it the kernel's writes fail and the case is an error."""
+    env = dict(os.environ, SOLCI_WORKER_FILE_LIMIT_MB="4")
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "ci.cli", "measure", "--mode", "cpu-interpreter", "--cases", "1,3"),
+            *("--impl", f"{FAKES}:floods_stderr", "--case-timeout", "60", "--out", str(out)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    doc = json.loads(out.read_text())
+    case = doc["cases"][0]
+    assert case["status"] == "error", case
+    assert "File too large" in (case.get("error") or ""), case.get("error")
+    assert proc.returncode != 0
