@@ -428,6 +428,46 @@ def case_history_figure(
     return _layout(fig, title, sub + "median of the timed iterations, band p25–p75 of the raw samples")
 
 
+def _apart(runs: pd.DataFrame, main_set: str | None) -> pd.Series:
+    """The runs (rows) of a set of cases other than ``main_set`` (column ``case_set``; none without either)."""
+    if main_set is None or "case_set" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs["case_set"].notna() & (runs["case_set"] != main_set)
+
+
+def _case_count(case_set: object) -> int:
+    return len(str(case_set).split(","))
+
+
+def _other_sets(apart: pd.DataFrame, labels: dict[str, str]) -> list[dict]:
+    """One marker trace (no line) per other set of cases: those runs' own geomeans, named with their number of
+    cases; never joined to the suite line (a mean over other cases is not a change of it)."""
+    if apart.empty:
+        return []
+    out = []
+    for k, (key, rows) in enumerate(apart.groupby("case_set", sort=False)):
+        if rows["geomean_us"].isna().all():  # none passed: only their run marks show
+            continue
+        n = _case_count(key)
+        name = f"kernel geomean, {n} cases (other runs)" + (f" #{k + 1}" if k else "")
+        out.append(
+            {
+                "type": "scatter",
+                "x": [labels[r] for r in rows["run_id"]],
+                "y": _values(rows["geomean_us"]),
+                "mode": "markers",
+                "name": name,
+                "marker": {"symbol": "diamond", "size": 10, "color": COLORS["run"], "line": {"width": 1}},
+                "text": [
+                    html(f"{str(c)[:12]}: geomean of {n} cases only, not comparable with the line")
+                    for c in rows["commit"]
+                ],
+                "hovertemplate": "%{text}<br>%{y:.2f} " + US + "<extra></extra>",
+            }
+        )
+    return out
+
+
 def suite_history_figure(
     runs: pd.DataFrame,
     *,
@@ -436,9 +476,14 @@ def suite_history_figure(
     flags: pd.DataFrame | None = None,
     steps: pd.DataFrame | None = None,
     t_sol_us: float | None = None,
+    main_set: str | None = None,
 ) -> go.Figure:
     """Suite geometric mean over the runs (oldest first; one row per run), eager and cuBLAS geomeans as
-    reference lines, the geomean T_SOL, runs without a suite figure (a case failed) marked, stored steps."""
+    reference lines, the geomean T_SOL, runs without a suite figure (a case failed) marked, stored steps.
+
+    A geomean compares only runs of the same cases: with ``main_set`` and a ``case_set`` column, the line, its
+    references and ``t_sol_us`` are of the runs of ``main_set``; runs of other sets are markers of their own,
+    named with their number of cases, at their place in time."""
     check_one_hardware(runs, hardware)
     title = f"Suite geometric mean — {hardware}"
     if runs.empty:
@@ -446,15 +491,17 @@ def suite_history_figure(
     raw = runs
     runs = _masked(runs, ("geomean_us", "geomean_eager_us", "geomean_cublas_us", "score"))
     labels = _x_labels(runs)
-    x = [labels[r] for r in runs["run_id"]]
-    scores = (runs["score"] * 100).round(1)
+    apart = _apart(runs, main_set)
+    line = runs[~apart]
+    x = [labels[r] for r in line["run_id"]]
+    scores = (line["score"] * 100).round(1)
     custom = [
         list(t)
         for t in zip(
-            runs["commit"].map(lambda c: html(str(c)[:12])),
-            runs["branch"].map(html),
-            _when(runs["started_at"]),
-            runs["status"].astype(str),
+            line["commit"].map(lambda c: html(str(c)[:12])),
+            line["branch"].map(html),
+            _when(line["started_at"]),
+            line["status"].astype(str),
             ["–" if pd.isna(v) else f"{v}%" for v in scores],
             strict=True,
         )
@@ -463,7 +510,7 @@ def suite_history_figure(
         {
             "type": "scatter",
             "x": x,
-            "y": _values(runs["geomean_us"]),
+            "y": _values(line["geomean_us"]),
             "mode": "lines+markers",
             "name": "kernel geomean",
             "line": {"color": COLORS["kernel"], "width": 3},
@@ -477,33 +524,41 @@ def suite_history_figure(
         ("geomean_eager_us", "eager (PyTorch)", "dash"),
         ("geomean_cublas_us", "cuBLAS (2 GEMMs)", "dot"),
     ):
-        if runs[key].notna().any():
+        if line[key].notna().any():
             color = COLORS["eager" if "eager" in key else "cublas"]
-            traces.append(_reference(x, _values(runs[key]), name, dash, color))
-    if t_sol_us:
+            traces.append(_reference(x, _values(line[key]), name, dash, color))
+    if t_sol_us and x:
         traces.append(_sol_line(x, t_sol_us, f"T_SOL geomean {t_sol_us:.1f} {US}"))
-    anchor = (
-        runs["geomean_us"]
-        .ffill()
-        .fillna(raw["geomean_cublas_us"])
-        .fillna(raw["geomean_eager_us"])
-        .fillna(raw["geomean_us"])
-    )
-    y_of = dict(zip(runs["run_id"], anchor, strict=True))
+    traces += _other_sets(runs[apart], labels)
+    y_of = _suite_marker_y(runs, raw, apart)
     traces += _run_marks(runs, labels, y_of, suite=True)
     traces += _flag_markers(flags, SUITE, labels, y_of)
     shapes, notes = _step_lines(steps, SUITE, labels)
     sub = f"protocol {protocol}; " if protocol else ""
+    xaxis: dict = {"title": {"text": "commit (oldest → newest)"}, "type": "category", "nticks": 24}
+    what = "geometric mean of the per-case medians (passing runs)"
+    if apart.any():  # the line skips those runs: keep every run in time order on the axis
+        xaxis |= {"categoryorder": "array", "categoryarray": list(labels.values())}
+        what += f"; line: runs of the same {_case_count(main_set)} cases, ◆: runs of other cases (not comparable)"
     fig = _figure(
         traces,
         {
             "shapes": shapes,
             "annotations": notes,
-            "xaxis": {"title": {"text": "commit (oldest → newest)"}, "type": "category", "nticks": 24},
+            "xaxis": xaxis,
             "yaxis": {"title": {"text": f"geomean {_latency_axis(hardware)}"}, "rangemode": "tozero"},
         },
     )
-    return _layout(fig, title, sub + "geometric mean of the per-case medians (passing runs)")
+    return _layout(fig, title, sub + what)
+
+
+def _suite_marker_y(runs: pd.DataFrame, raw: pd.DataFrame, apart: pd.Series) -> dict[str, float]:
+    """run_id -> where a marker goes on the suite chart: the run's geomean, else (no figure drawn) the last drawn
+    one of the runs of its set of cases, else the run's cuBLAS or eager geomean (a position, not a figure)."""
+    key = runs["case_set"].where(apart, "") if apart.any() else pd.Series("", index=runs.index)
+    anchor = runs["geomean_us"].groupby(key, sort=False).ffill()
+    anchor = anchor.fillna(raw["geomean_cublas_us"]).fillna(raw["geomean_eager_us"]).fillna(raw["geomean_us"])
+    return dict(zip(runs["run_id"], anchor, strict=True))
 
 
 def case_grid_figure(

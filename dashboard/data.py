@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pandas as pd
 
 from ci.hardware import CPU_LABEL
 from dashboard import fmt
+from kernel.workload import CASES, geomean
 from storage import db as storage_db
 from storage import queries
 from storage.db import Database
@@ -33,6 +35,8 @@ EMPTY_MESSAGE = (
     "No runs yet: run `solci up` (measures this checkout's HEAD and serves this page) "
     "or `solci run --repo PATH --commit SHA`, then refresh."
 )
+FULL_SUITE: frozenset[str] = frozenset(c.name for c in CASES)  # the benchmark's 16 cases, as results name them
+N_FULL = len(FULL_SUITE)
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,72 @@ def window(db: Database, sel: Selection) -> pd.DataFrame:
     if w.empty:
         return w.assign(label=pd.Series(dtype=str), passing=pd.Series(dtype=bool))
     return w.assign(label=w["run_id"].map(run_labels(w)), passing=w["passing"].astype(bool))
+
+
+def case_sets(hist: pd.DataFrame) -> dict[str, str]:
+    """run_id -> the run's set of cases as one key (its case names, sorted, comma-joined), from per run x case
+    rows (``chart_cases``)."""
+    if hist.empty:
+        return {}
+    return hist.groupby("run_id", sort=False)["case"].agg(lambda s: ",".join(sorted(set(map(str, s))))).to_dict()
+
+
+def is_full_suite(cases: str | Iterable[str]) -> bool:
+    """``cases`` (case names, or a ``case_sets`` key) are exactly the benchmark's 16 cases."""
+    names = cases.split(",") if isinstance(cases, str) else cases
+    return {str(n) for n in names} == FULL_SUITE
+
+
+def with_case_sets(win: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+    """The window plus ``case_set`` (``case_sets``' key; missing for a run without stored cases) and
+    ``full_suite`` (the run measured the benchmark's 16 cases): suite figures compare only runs of one set."""
+    sets = win["run_id"].map(case_sets(hist))
+    full = sets.map(lambda k: isinstance(k, str) and is_full_suite(k)).astype(bool)
+    return win.assign(case_set=sets, full_suite=full)
+
+
+def main_case_set(series: pd.DataFrame) -> str | None:
+    """The case set the suite chart's line follows (``with_case_sets``' frame): the benchmark's 16 cases when a
+    run of the window measured them, else the set of the most runs (ties: the newest run's)."""
+    sets = series["case_set"].dropna() if "case_set" in series.columns else pd.Series(dtype=object)
+    if sets.empty:
+        return None
+    full = sets[series.loc[sets.index, "full_suite"]]
+    if not full.empty:
+        return str(full.iloc[-1])
+    counts = sets.value_counts(sort=False)
+    most = counts[counts == counts.max()].index
+    return str(sets[sets.isin(most)].iloc[-1])
+
+
+def same_cases(series: pd.DataFrame, run: pd.Series) -> pd.DataFrame:
+    """The runs of ``series`` (``with_case_sets``' frame) that measured the same set of cases as ``run``."""
+    if fmt.missing(run.get("case_set")):
+        return series.iloc[0:0]
+    return series[series["case_set"] == run["case_set"]]
+
+
+def subset_text(run: pd.Series | dict) -> str | None:
+    """For a GPU run of a set of cases other than the benchmark's 16 (``solci run --cases``): 'k of 16 cases'
+    (or 'k cases, not the benchmark's 16' when some are not the benchmark's); None for a full-suite run, a run
+    without stored cases and the CPU interpreter (which has cases of its own)."""
+    if is_cpu(str(run.get("hardware"))) or fmt.missing(run.get("case_set")) or bool(run.get("full_suite")):
+        return None
+    names = str(run["case_set"]).split(",")
+    if set(names) <= FULL_SUITE:
+        return f"{len(names)} of {N_FULL} cases"
+    return f"{len(names)} cases, not the benchmark's {N_FULL}"
+
+
+def suite_t_sol(series: pd.DataFrame, hist: pd.DataFrame) -> float | None:
+    """The geomean T_SOL of the cases of the suite chart's line (``main_case_set``), from its newest run's rows
+    of ``hist``; None without a SOL model."""
+    main = main_case_set(series)
+    runs = series[series["case_set"] == main] if main is not None else series
+    if runs.empty or hist.empty:
+        return None
+    rows = hist[hist["run_id"] == runs["run_id"].iloc[-1]]
+    return geomean([float(v) for v in rows["t_sol_us"].dropna()])
 
 
 def default_run(win: pd.DataFrame) -> str | None:
@@ -427,24 +497,63 @@ def suite_gap(gaps: pd.DataFrame) -> dict:
 
 def best_score(db: Database, sel: Selection, n_cases: int | None = None) -> dict | None:
     """The project's best suite SOL score on the selection (queries.best_suite_score) over runs of ``n_cases``
-    cases (a run's own count, so it compares the same cases as queries.gaps; default: the most cases)."""
+    cases (default: the most cases)."""
     return queries.best_suite_score(db, hardware=sel.hardware, protocol=sel.protocol, n_cases=n_cases)
 
 
 def sol_view(
-    db: Database, sel: Selection, run_id: str, *, n_cases: int, quarantined: bool = False
+    db: Database, sel: Selection, run_id: str, *, quarantined: bool = False
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
-    """What the SOL view shows of one run (``n_cases``: its number of cases; ``quarantined``: its figures are not
-    believed): (sol_table, suite_gap, the published records, best_score at the run's number of cases), with
-    queries.gaps read once."""
+    """What the SOL view shows of one run (``quarantined``: its figures are not believed): (sol_table, the suite
+    row, the published records, best_score over full-suite runs), with queries.gaps read once.
+
+    The leaderboard ranks means over the benchmark's 16 cases, so the project's best it is compared with is one
+    too, whatever cases the shown run measured. The suite row is ``suite_gap`` for a full-suite run; for a run of
+    other cases, the project's 16-case best suite geomean and the B200 #1 (``full_suite_record``) without any
+    gap to this run (a stored suite record of as many cases may be of other cases: not comparable)."""
     gaps = queries.gaps(db, run_id)
     table = sol_table(db, run_id, gaps, quarantined=quarantined)
-    return table, suite_gap(gaps), published_records(db), best_score(db, sel, n_cases)
+    records = queries.records(db)
+    full = not table.empty and is_full_suite(table["case"])
+    suite = suite_gap(gaps) if full else full_suite_record(records, sel)
+    return table, suite, _published(records), best_score(db, sel, N_FULL)
+
+
+def full_suite_record(records: pd.DataFrame, sel: Selection) -> dict:
+    """The project's best suite geomean over the benchmark's 16 cases on the selection (queries.records' project
+    row) as {best_us, best_commit, best_run_id}, with the published #1 (record_implementation, record_latency_us,
+    record_pct_sol) as ``suite_gap`` has it; {} when there is no such project row."""
+    if records.empty:
+        return {}
+    top = _published(records).sort_values("latency_us").head(1)
+    record = (
+        {}
+        if top.empty
+        else {
+            "record_implementation": top["implementation"].iloc[0],
+            "record_latency_us": top["latency_us"].iloc[0],
+            "record_pct_sol": top["pct_sol"].iloc[0],
+        }
+    )
+    mine = records[
+        (records["kind"] == "project")
+        & (records["hardware"] == sel.hardware)
+        & (records["protocol"] == sel.protocol)
+        & (records["case"] == SUITE)
+        & (records["n_cases"] == N_FULL)
+    ]
+    if mine.empty:
+        return {}
+    row = mine.iloc[0]
+    return {"best_us": row["latency_us"], "best_commit": row["commit"], "best_run_id": row["run_id"], **record}
+
+
+def _published(records: pd.DataFrame) -> pd.DataFrame:
+    return records[records["kind"] == "published"].reset_index(drop=True)
 
 
 def published_records(db: Database) -> pd.DataFrame:
-    df = queries.records(db)
-    return df[df["kind"] == "published"].reset_index(drop=True)
+    return _published(queries.records(db))
 
 
 # ------------------------------------------------------------------------------------------------ jobs

@@ -18,7 +18,6 @@ import streamlit as st
 
 from dashboard import charts, data, fmt, preload
 from dashboard.data import Selection
-from kernel.workload import geomean
 
 ALL_BRANCHES = "(all)"
 TABS = ("Overview", "Changes", "History", "SOL and records", "Runs and jobs")
@@ -41,6 +40,18 @@ def _window(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
+def _window_cases(path: str, token: tuple, run_ids: tuple[str, ...]) -> pd.DataFrame:
+    return data.chart_cases(data.open_db(path), list(run_ids))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _series(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
+    """The window with each run's set of cases (data.with_case_sets): suite figures compare runs of one set."""
+    win = _window(path, token, sel)
+    return data.with_case_sets(win, _window_cases(path, token, tuple(win["run_id"])))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
 def _changes(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
     return data.changes(data.open_db(path), sel)
 
@@ -55,7 +66,7 @@ def _charts(path: str, token: tuple, sel: Selection, run_ids: tuple[str, ...]) -
     db = data.open_db(path)
     changes = data.changes(db, sel)
     return {
-        "hist": data.chart_cases(db, list(run_ids)),
+        "hist": _window_cases(path, token, run_ids),
         "marks": data.chart_marks(db, list(run_ids)),
         "steps": data.chart_steps(changes, db, sel, list(run_ids)),
     }
@@ -64,14 +75,17 @@ def _charts(path: str, token: tuple, sel: Selection, run_ids: tuple[str, ...]) -
 # Figures are built once per database state and selection and shared (never mutated after they are built).
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _history_figures(path: str, token: tuple, sel: Selection, proto: str) -> dict:
-    win = _window(path, token, sel)
+    win = _series(path, token, sel)
     d = _charts(path, token, sel, tuple(win["run_id"]))
     hist, marks, steps = d["hist"], d["marks"], d["steps"]
-    t_sol = None
-    if not hist.empty:  # the geomean T_SOL of the newest run's cases (None without a SOL model)
-        t_sol = geomean([float(v) for v in hist[hist["run_id"] == win["run_id"].iloc[-1]]["t_sol_us"].dropna()])
     suite = charts.suite_history_figure(
-        win, hardware=sel.hardware, protocol=proto, flags=marks, steps=steps, t_sol_us=t_sol
+        win,
+        hardware=sel.hardware,
+        protocol=proto,
+        flags=marks,
+        steps=steps,
+        t_sol_us=data.suite_t_sol(win, hist),
+        main_set=data.main_case_set(win),
     )
     grid = charts.case_grid_figure(hist, hardware=sel.hardware, protocol=proto, flags=marks, steps=steps)
     cases = hist.drop_duplicates("case").sort_values(["m", "case"])["case"].tolist() if not hist.empty else []
@@ -94,9 +108,9 @@ def _findings(path: str, token: tuple, run_id: str) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _sol(
-    path: str, token: tuple, sel: Selection, run_id: str, n_cases: int, quarantined: bool
+    path: str, token: tuple, sel: Selection, run_id: str, quarantined: bool
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
-    return data.sol_view(data.open_db(path), sel, run_id, n_cases=n_cases, quarantined=quarantined)
+    return data.sol_view(data.open_db(path), sel, run_id, quarantined=quarantined)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -131,7 +145,7 @@ def render(path: Path) -> None:
         return
     names = data.protocol_names(summary)
     sel = _sidebar(summary, names)
-    win = _window(key, token, sel)
+    win = _series(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
     if win.empty:
         where = f"on branch {fmt.md(sel.branch)}" if sel.branch else "on any branch"
@@ -225,8 +239,11 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
             f"**{fmt.md(sel.hardware)}**: these timings come from Triton's interpreter on the CPU. They check that "
             "the pipeline works; they say nothing about GPU speed, and no SOL model or score applies."
         )
-    prev = win[(win["started_at"] < run["started_at"]) & win["passing"]]
+    subset = data.subset_text(run)
+    same = data.same_cases(win, run)  # suite figures compare only runs of the same cases
+    prev = same[(same["started_at"] < run["started_at"]) & same["passing"]]
     prev_row = prev.iloc[-1] if not prev.empty else None
+    of_cases = f"; this run measured {subset}, so it is compared only with runs of the same cases" if subset else ""
     cols = st.columns(5)
     verdict = run["verdict"] if not fmt.missing(run["verdict"]) else "not judged"
     cols[0].metric(
@@ -244,15 +261,16 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
     else:  # not judged (yet): against the previous passing run, said so
         pg = prev_row["geomean_us"] if prev_row is not None and not cpu else None
         delta = f"{g / pg - 1:+.1%}" if not fmt.missing(g) and not fmt.missing(pg) else None
-        basis = "not judged: the change is against the previous passing run"
+        basis = "not judged: the change is against the previous passing run of the same cases"
     cols[1].metric(
         f"Suite geomean ({charts.US})",
         fmt.us(g),
-        delta or ("not a speed figure" if cpu else "lower is better"),
+        delta or subset or ("not a speed figure" if cpu else "lower is better"),
         delta_color="inverse" if delta else "off",
         delta_arrow="auto" if delta else "off",
         delta_description="lower is better" if delta else None,
-        help=f"geometric mean of the per-case medians on {fmt.md(sel.hardware)}; {basis}; a failed run has none",
+        help=f"geometric mean of the per-case medians on {fmt.md(sel.hardware)}; {basis}; a failed run has "
+        f"none{of_cases}",
     )
     s = run["score"] if passing and not cpu else None
     ps = prev_row["score"] if prev_row is not None and not cpu else None
@@ -260,12 +278,12 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
     cols[2].metric(
         "SOL score",
         fmt.pct(s),
-        sdelta or "higher is better",
+        sdelta or subset or "higher is better",
         delta_color="normal" if sdelta else "off",
         delta_arrow="auto" if sdelta else "off",
         delta_description="higher is better" if sdelta else None,
         help="mean SOL score over the cases (the leaderboard's % of SOL), the change against the previous passing "
-        "run; none (–) for a failed run or the CPU interpreter, never 0 %",
+        f"run of the same cases; none (–) for a failed run or the CPU interpreter, never 0 %{of_cases}",
     )
     r = run["ratio_vs_cublas"] if passing and not cpu else None
     cols[3].metric(
@@ -289,6 +307,12 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
             f"The newest run, {fmt.code(fmt.short(newest['commit'], 12))} ({newest['started_at']:%Y-%m-%d %H:%M}), "
             f"did not pass: {fmt.md(data.failure_text(newest) or newest['status'])}. The figures above are of the "
             "newest passing run; pick another run in the sidebar."
+        )
+    if subset:
+        st.info(
+            f"Run {fmt.code(fmt.short(run['commit'], 12))} measured {subset} (`solci run --cases`): its suite "
+            f"geomean and SOL score are means over those cases only. They are compared only with runs of the same "
+            f"cases, never with the {data.N_FULL}-case series, its records or the B200 leaderboard."
         )
     note = data.drift_text(run)
     if note:
@@ -504,7 +528,8 @@ def _rows(n: int, most: int = 24) -> int:
 def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None:
     run_label = f"run {run['label']}"
     quarantined = not fmt.missing(run["quarantine"])
-    table, suite, published, best = _sol(key, token, sel, run["run_id"], int(run["n_cases"]), quarantined)
+    table, suite, published, best = _sol(key, token, sel, run["run_id"], quarantined)
+    subset = data.subset_text(run)
     st.subheader(f"Distance to SOL — {fmt.md(sel.hardware)}, {fmt.md(run_label)}")
     passing = bool(run["passing"])
     has_score = not table.empty and table["score"].notna().any()
@@ -555,24 +580,37 @@ def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None
     st.subheader("Best-known records")
     cols = st.columns(3)
     best_us = suite.get("best_us")
+    apart = f"; this run measured {subset}: not comparable" if subset else ""
     cols[0].metric(
         f"Project best suite geomean ({charts.US})",
         fmt.us(best_us),
-        help=f"commit {suite.get('best_commit') or '-'}, same hardware and protocol",
+        help=f"commit {suite.get('best_commit') or '-'}, same hardware and protocol and cases{apart}",
     )
     gap = suite.get("gap") if passing else None
-    cols[1].metric("This run vs project best (lower is better)", fmt.signed_pct(gap), delta_color="off")
+    cols[1].metric(
+        "This run vs project best (lower is better)",
+        fmt.signed_pct(gap),
+        delta_color="off",
+        help=f"against the best run of the same cases{apart}",
+    )
     best_score = None if best is None else best.get("score")
     cols[2].metric(
         "Project best SOL score",
         fmt.pct(best_score) if not data.is_cpu(sel.hardware) else fmt.DASH,
-        help="the highest suite SOL score of a passing run of this selection",
+        help=f"the highest suite SOL score of a passing run of the benchmark's {data.N_FULL} cases of this "
+        "selection (the leaderboard's cases)",
     )
-    if data.is_cpu(sel.hardware) or best is None:
+    if data.is_cpu(sel.hardware):
         st.caption("The B200 leaderboard is compared through the SOL score only, which this hardware lacks.")
         return
+    if best is None:
+        st.caption(
+            f"The B200 leaderboard ranks mean SOL scores over the benchmark's {data.N_FULL} cases: no passing run "
+            f"of those {data.N_FULL} cases with a SOL score on this selection to compare with it."
+        )
+        return
     c1, c2 = st.columns([3, 2])
-    run_score = run["score"] if passing else None
+    run_score = run["score"] if passing and not subset else None
     c1.plotly_chart(
         charts.records_figure(
             published, hardware=sel.hardware, project_best=best, run_score=run_score, run_label=str(run["label"])
@@ -587,6 +625,11 @@ def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None
             f"project best: {fmt.pct(best_score)} at {fmt.short(best.get('commit'), 12)} "
             f"({best.get('started_at'):%Y-%m-%d})"
         )
+        if subset:
+            st.text(
+                f"this run's SOL score ({fmt.pct(run['score'] if passing else None)}) covers {subset}: not "
+                f"comparable to the leaderboard or the project's {data.N_FULL}-case best"
+            )
         sg = suite.get("score_gap")
         if not fmt.missing(best_score) and not fmt.missing(suite.get("record_latency_us")):
             record = float(suite["record_pct_sol"]) / 100
@@ -684,7 +727,10 @@ def _run_detail_section(key: str, token: tuple, run: pd.Series, sel: Selection) 
         if not errs.empty:
             st.text(str(errs["error"].iloc[0])[-8000:])
     shown = ["case", "status", "median_us", "eager_us", "cublas_us", "t_sol_us", "score", "error_line"]
-    view = cases[cases["case"] != data.SUITE].assign(score=lambda t: t["score"].where(t["status"] == "pass"))
+    believed = fmt.missing(run["quarantine"])  # a quarantined run's figures are not believed (as the SOL tab)
+    view = cases[cases["case"] != data.SUITE].assign(
+        score=lambda t: t["score"].where((t["status"] == "pass") & believed)
+    )
     st.dataframe(
         view[shown],
         hide_index=True,

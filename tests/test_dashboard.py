@@ -858,7 +858,7 @@ def test_quarantined_runs_are_marked_not_drawn_as_figures(quarantined_db: tuple[
     assert all(t.y[list(t.x).index(x)] is None for t in grid.data if t.name == "kernel median")
     best = data.best_score(db, sel)
     assert best is not None and best["run_id"] != bad
-    table, _suite, _pub, _best = data.sol_view(db, sel, bad, n_cases=N_CASES, quarantined=True)
+    table, _suite, _pub, _best = data.sol_view(db, sel, bad, quarantined=True)
     assert table["score"].isna().all() and table["gap"].isna().all()
 
 
