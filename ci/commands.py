@@ -5,7 +5,7 @@
     solci watch REPO [--branch main]      poll a branch, queue every new commit (oldest first) and run them;
                                           --once: one poll (exit code as for run), --queue-only: no running
     solci worker                          process the queue (one job at a time for one GPU slot)
-    solci enqueue REPO REV...             queue commits (REV may be a range OLD..NEW); what hooks call
+    solci enqueue REPO REV...             queue commits (REV may be a range OLD..NEW)
     solci hooks install|uninstall REPO    git hook that queues each commit/push instantly
 
 Errors of usage (unknown commit, not a repository, locked or corrupt database) print one line and exit 2.
@@ -70,8 +70,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     options = {"backfill": args.backfill, "max_commits": args.max_commits}
 
     def report_poll(result: PollResult) -> None:
-        if result.skipped:
-            echo(f"{result.skipped} older new commit(s) of {result.branch} left out (--max-commits)")
+        for note in result.notes:  # a walk's cap, --max-commits, pending updates retried: each says what and why
+            echo(note)
         for q in result.queued:
             echo(
                 f"queued {q.commit[:12]} ({result.branch}) as job {q.job_id}"
@@ -153,12 +153,12 @@ def cmd_hooks(args: argparse.Namespace) -> int:
 
     db = open_db(args)
     if args.action == "install":
-        path = hooks.install(args.repo, db.path, python=args.python)
+        paths = hooks.install(args.repo, db.path, python=args.python)
         where = db.describe() if hasattr(db, "describe") else str(Path(db.path).resolve())
-        print(f"solci: installed {path} (queues into {where})")
+        print(f"solci: installed {', '.join(map(str, paths))} (queues into {where})")
     else:
-        path = hooks.uninstall(args.repo)
-        print(f"solci: removed {path}" if path else "solci: no solci hook installed there")
+        paths = hooks.uninstall(args.repo)
+        print(f"solci: removed {', '.join(map(str, paths))}" if paths else "solci: no solci hook installed there")
     return 0
 
 
@@ -227,7 +227,9 @@ def register(subparsers: Any) -> None:
     add_runner_options(p)
     p.set_defaults(func=cmd_worker)
 
-    p = subparsers.add_parser("enqueue", help="queue commits of a repository (what the git hooks call)")
+    p = subparsers.add_parser(
+        "enqueue", help="queue commits of a repository (the git hooks queue through python -m ci.hooks)"
+    )
     p.add_argument("repo", help="repository: a path or a URL")
     p.add_argument("revisions", nargs="+", metavar="REV", help="commits, or ranges OLD..NEW (oldest first)")
     p.add_argument("--branch", help="branch label (default: a branch holding the commit)")

@@ -6,9 +6,13 @@ import hashlib
 import os
 import re
 import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 ZERO_SHA = "0" * 40
+WALK_CAP = 200  # at most this many commits when a range's old end is unknown (walk_back)
 # Variables git sets inside hooks that would point a nested git call at the wrong repository.
 _REPO_ENV = (
     "GIT_DIR",
@@ -34,10 +38,15 @@ def git_env() -> dict[str, str]:
     return env
 
 
-def git(*args: str, cwd: str | Path | None = None, check: bool = True, timeout: float = 300) -> str:
-    """Run ``git ARGS`` (in ``cwd``) and return its stdout stripped; GitError with stderr on failure."""
+def git(
+    *args: str, cwd: str | Path | None = None, check: bool = True, timeout: float = 300, input: str | None = None
+) -> str:
+    """Run ``git ARGS`` (in ``cwd``, ``input`` on its stdin) and return its stdout stripped; GitError with stderr
+    on failure."""
     try:
-        proc = subprocess.run(["git", *args], cwd=cwd, env=git_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            ["git", *args], cwd=cwd, env=git_env(), input=input, capture_output=True, text=True, timeout=timeout
+        )
     except FileNotFoundError:
         raise GitError("git is not installed (no `git` on PATH)") from None
     except subprocess.TimeoutExpired:
@@ -74,11 +83,26 @@ def local_repo(path: str | Path) -> Path:
     return Path(top).resolve()
 
 
+def file_url_path(url: str) -> str | None:
+    """The local path a ``file://`` URL names (``file:///srv/r.git``, ``file://localhost/srv/r.git``); None for
+    any other URL (a ``file://`` URL of another host included)."""
+    if not url.lower().startswith("file://"):
+        return None
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost") or not parts.path:
+        return None
+    return unquote(parts.path)
+
+
 def canonical_repo(repo: str | Path) -> str:
-    """The one spelling of a repository stored with jobs: an absolute path, or a URL as given."""
+    """The one spelling of a repository stored with jobs: an absolute path (a ``file://`` URL becomes its path,
+    so both spellings are one repository), or a remote URL (https, ssh, ``git@host:``) as given."""
     text = str(repo)
     if is_url(text):
-        return text.rstrip("/")
+        path = file_url_path(text)
+        if path is None:
+            return text.rstrip("/")
+        text = path
     return str(local_repo(text))
 
 
@@ -145,12 +169,57 @@ def remote_head(url: str, branch: str) -> str | None:
     return None
 
 
-def new_commits(repo: str | Path, old: str | None, new: str) -> list[str]:
-    """Commits reachable from ``new`` but not from ``old``, oldest first; just ``[new]`` without ``old``."""
-    if not old or old == ZERO_SHA or not commit_exists(repo, old):
-        return [new]
+@dataclass
+class CommitWalk:
+    """Commits to queue, oldest first, and what a capped walk left out (never silently: see ``note``)."""
+
+    commits: list[str]
+    left_out: int = 0  # older commits of the walk beyond the cap, not in ``commits``
+    newest_left_out: str | None = None
+    cap: int | None = None
+
+    def note(self, repo: str) -> str | None:
+        """One line saying what was left out and how to queue it; None when nothing was."""
+        if not self.left_out:
+            return None
+        return (
+            f"{self.left_out} older commit(s) of {repo} not queued: walking back from the new head found more "
+            f"than {self.cap} commits not queued yet; the newest left out is {self.newest_left_out} "
+            f"(`solci enqueue {repo} {self.newest_left_out}` queues it, a range OLD..{self.newest_left_out} more)"
+        )
+
+
+def old_end_known(repo: str | Path, old: str | None) -> bool:
+    """Whether ``old`` is a commit of ``repo`` a range can start from (not None, not the zero sha of a new
+    branch, not missing after a rewrite and gc)."""
+    return bool(old) and old != ZERO_SHA and commit_exists(repo, old)
+
+
+def walk_back(repo: str | Path, new: str, *, stop: Iterable[str] = (), cap: int | None = WALK_CAP) -> CommitWalk:
+    """``new`` and its ancestors, oldest first (``git rev-list --topo-order --reverse``), stopping at the
+    commits in ``stop`` (left out with their ancestors; those not in ``repo`` are ignored): what to queue when
+    a range's old end is unknown. At most ``cap`` commits, the newest; the rest is counted in ``left_out``."""
+    args = ["rev-list", "--topo-order", "--ignore-missing", "--stdin", new]
+    stdin = "".join(f"^{sha}\n" for sha in stop)
+    if cap is None:
+        return CommitWalk(git(*args, "--reverse", cwd=repo, input=stdin).split())
+    newest_first = git(*args, f"--max-count={int(cap) + 1}", cwd=repo, input=stdin).split()
+    if len(newest_first) <= cap:
+        return CommitWalk(newest_first[::-1], cap=cap)
+    total = int(git(*args, "--count", cwd=repo, input=stdin) or 0)
+    return CommitWalk(newest_first[:cap][::-1], total - cap, newest_first[cap], cap)
+
+
+def new_commits(
+    repo: str | Path, old: str | None, new: str, *, stop: Iterable[str] = (), cap: int | None = WALK_CAP
+) -> CommitWalk:
+    """Commits reachable from ``new`` but not from ``old``, oldest first. When ``old`` is unknown (a new
+    branch, rewritten or missing history: ``old_end_known``), ``walk_back`` from ``new`` to the commits in
+    ``stop`` (those already queued), at most ``cap``."""
+    if not old_end_known(repo, old):
+        return walk_back(repo, new, stop=stop, cap=cap)
     out = git("rev-list", "--reverse", "--topo-order", new, "--not", old, cwd=repo)
-    return out.split()
+    return CommitWalk(out.split())
 
 
 def current_branch(repo: str | Path) -> str | None:

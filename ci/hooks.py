@@ -1,17 +1,24 @@
 """Git hooks that queue commits the moment they arrive (``solci hooks install REPO``).
 
 - a bare repository gets ``post-receive``: every pushed branch update ``OLD..NEW`` is queued, oldest first
-  (a new branch: its head);
-- a working repository gets ``post-commit``: the new HEAD is queued.
+  (a new branch: its commits, walking back from its head to the commits already queued, see
+  ``ci.triggers.commits_between``);
+- a working repository gets ``post-commit`` (the new HEAD is queued; not during a rebase, whose detached HEAD
+  has no branch), ``post-merge`` (a merge or a pull, fast-forward included: ``ORIG_HEAD..HEAD``) and
+  ``post-rewrite`` (a rebase or an amend: the walk back from HEAD to the commits already queued).
 
-The hook calls this installation's Python by absolute path (``python -P -m ci.cli enqueue``, with
-``PYTHONPATH`` set to this checkout and ``SOLCI_DB`` to the database's absolute path, for that call only),
-so it works from any shell and never imports the hooked repository's own code. A hook that was already there is kept as
-``<hook>.pre-solci`` and still runs after ours. Hooks are marked, so installing again replaces ours only.
+The hook hands its ``OLD NEW REF`` lines to this installation's Python by absolute path (``python -P -m
+ci.hooks REPO``, with ``PYTHONPATH`` set to this checkout and ``SOLCI_DB`` to the database's absolute path,
+for that call only), so it works from any shell and never imports the hooked repository's own code. An
+update it could not queue (database locked, lake unreachable, even Python failing) is recorded in the
+repository's git dir (``solci-pending``) and said; the next hook run and ``solci watch`` of the repository
+retry it first (``ci.triggers.queue_updates``). A hook that was already there is kept as ``<hook>.pre-solci``
+and still runs after ours. Hooks are marked, so installing again replaces ours only.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import stat
@@ -30,33 +37,63 @@ SOLCI_PYTHON={python}
 SOLCI_REPO={repo}
 SOLCI_DB_FILE={db}
 SOLCI_PYTHONPATH={pythonpath}
-solci_enqueue() {{
-  SOLCI_DB="$SOLCI_DB_FILE" PYTHONPATH="$SOLCI_PYTHONPATH" "$SOLCI_PYTHON" -P -m ci.cli enqueue --trigger hook "$@"
+SOLCI_PENDING={pending}
+# queue the OLD NEW REF lines on stdin; what fails is recorded in $SOLCI_PENDING (exit 0 then)
+solci_queue() {{
+  SOLCI_DB="$SOLCI_DB_FILE" PYTHONPATH="$SOLCI_PYTHONPATH" "$SOLCI_PYTHON" -P -m ci.hooks "$SOLCI_REPO"
+}}
+# when solci itself failed: keep the lines for the next run
+solci_record() {{
+  if printf '%s\\n' "$1" >> "$SOLCI_PENDING"; then
+    echo "solci: could not queue $1; recorded in $SOLCI_PENDING, retried on the next run" >&2
+  else
+    echo "solci: could not queue $1, nor record it in $SOLCI_PENDING" >&2
+  fi
 }}
 """
 
 _POST_RECEIVE = """input=$(cat)
-printf '%s\\n' "$input" | while read -r old new ref; do
-  case "$ref" in refs/heads/*) ;; *) continue ;; esac
-  [ "$new" = {zero} ] && continue
-  if [ "$old" = {zero} ]; then range="$new"; else range="$old..$new"; fi
-  solci_enqueue --branch "${{ref#refs/heads/}}" "$SOLCI_REPO" "$range" \\
-    || echo "solci: could not queue $range (the push itself went through)" >&2
-done
+printf '%s\\n' "$input" | solci_queue || solci_record "$input"
 if [ -x "$0{chained}" ]; then printf '%s\\n' "$input" | "$0{chained}" "$@"; fi
 exit 0
 """
 
 _POST_COMMIT = """sha=$(git rev-parse HEAD)
-branch=$(git symbolic-ref --quiet --short HEAD || true)
-if [ -n "$branch" ]; then
-  solci_enqueue --branch "$branch" "$SOLCI_REPO" "$sha"
-else
-  solci_enqueue "$SOLCI_REPO" "$sha"
-fi || echo "solci: could not queue $sha (the commit itself is made)" >&2
+old=$(git rev-parse --quiet --verify HEAD^ 2>/dev/null) || old={zero}
+ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
+# during a rebase HEAD is detached: post-rewrite queues the rebased commits, with their branch, once it ends
+if [ -d "$(git rev-parse --git-path rebase-merge)" ] || [ -d "$(git rev-parse --git-path rebase-apply)" ]; then
+  ref=
+fi
+if [ -n "$ref" ]; then
+  printf '%s %s %s\\n' "$old" "$sha" "$ref" | solci_queue || solci_record "$old $sha $ref"
+fi
 if [ -x "$0{chained}" ]; then "$0{chained}" "$@"; fi
 exit 0
 """
+
+_POST_MERGE = """sha=$(git rev-parse HEAD)
+old=$(git rev-parse --quiet --verify ORIG_HEAD 2>/dev/null) || old={zero}
+ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
+printf '%s %s %s\\n' "$old" "$sha" "$ref" | solci_queue || solci_record "$old $sha $ref"
+if [ -x "$0{chained}" ]; then "$0{chained}" "$@"; fi
+exit 0
+"""
+
+_POST_REWRITE = """rewritten=$(cat)
+sha=$(git rev-parse HEAD)
+ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
+# the old end is unknown on purpose: the walk back from HEAD stops at the commits already queued
+printf '%s %s %s\\n' {zero} "$sha" "$ref" | solci_queue || solci_record "{zero} $sha $ref"
+if [ -x "$0{chained}" ]; then printf '%s\\n' "$rewritten" | "$0{chained}" "$@"; fi
+exit 0
+"""
+_BODIES = {
+    "post-receive": _POST_RECEIVE,
+    "post-commit": _POST_COMMIT,
+    "post-merge": _POST_MERGE,
+    "post-rewrite": _POST_REWRITE,
+}
 
 
 def hooks_dir(repo: Path) -> Path:
@@ -64,11 +101,13 @@ def hooks_dir(repo: Path) -> Path:
     return path if path.is_absolute() else (repo / path).resolve()
 
 
-def hook_name(repo: Path) -> str:
-    return "post-receive" if is_bare(repo) else "post-commit"
+def hook_names(repo: Path) -> tuple[str, ...]:
+    return ("post-receive",) if is_bare(repo) else ("post-commit", "post-merge", "post-rewrite")
 
 
 def render(kind: str, repo: Path, db: Path | str, python: str | None = None) -> str:
+    from ci.triggers import pending_file
+
     pythonpath = str(Path(__file__).resolve().parents[1])  # the folder holding this `ci` package
     header = _HEADER.format(
         marker=MARKER,
@@ -76,39 +115,71 @@ def render(kind: str, repo: Path, db: Path | str, python: str | None = None) -> 
         repo=shlex.quote(str(repo)),
         db=shlex.quote(str(db)),
         pythonpath=shlex.quote(pythonpath),
+        pending=shlex.quote(str(pending_file(repo))),
     )
-    body = _POST_RECEIVE if kind == "post-receive" else _POST_COMMIT
-    return header + body.format(zero=ZERO, chained=CHAINED_SUFFIX)
+    return header + _BODIES[kind].format(zero=ZERO, chained=CHAINED_SUFFIX)
 
 
-def install(repo_path: str | Path, db_path: str | Path, *, python: str | None = None) -> Path:
-    """Install the hook into a repository; returns the hook's path. A foreign hook is kept and chained."""
+def install(repo_path: str | Path, db_path: str | Path, *, python: str | None = None) -> list[Path]:
+    """Install the hooks into a repository; returns their paths. A foreign hook is kept and chained."""
     repo = local_repo(repo_path)
-    kind = hook_name(repo)
     directory = hooks_dir(repo)
     directory.mkdir(parents=True, exist_ok=True)
-    hook = directory / kind
-    if hook.exists() and MARKER not in hook.read_text(errors="replace"):
-        chained = hook.with_name(kind + CHAINED_SUFFIX)
-        if chained.exists():
-            raise FileExistsError(f"{hook} is not a solci hook and {chained} exists too; merge them by hand")
-        hook.rename(chained)
     spec = str(db_path)
     db = spec if spec.startswith("ducklake:") else Path(spec).expanduser().resolve()  # a lake is named as given
-    hook.write_text(render(kind, repo, db, python))
-    hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return hook
+    kinds = hook_names(repo)
+    for kind in kinds:  # refuse before changing anything
+        hook, chained = directory / kind, directory / (kind + CHAINED_SUFFIX)
+        if hook.exists() and MARKER not in hook.read_text(errors="replace") and chained.exists():
+            raise FileExistsError(f"{hook} is not a solci hook and {chained} exists too; merge them by hand")
+    out = []
+    for kind in kinds:
+        hook = directory / kind
+        if hook.exists() and MARKER not in hook.read_text(errors="replace"):
+            hook.rename(hook.with_name(kind + CHAINED_SUFFIX))
+        hook.write_text(render(kind, repo, db, python))
+        hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        out.append(hook)
+    return out
 
 
-def uninstall(repo_path: str | Path) -> Path | None:
-    """Remove solci's hook (restoring a chained one); the removed path, or None when none was installed."""
+def uninstall(repo_path: str | Path) -> list[Path]:
+    """Remove solci's hooks (restoring chained ones); the removed paths (empty when none was installed)."""
     repo = local_repo(repo_path)
-    kind = hook_name(repo)
-    hook = hooks_dir(repo) / kind
-    if not hook.exists() or MARKER not in hook.read_text(errors="replace"):
-        return None
-    hook.unlink()
-    chained = hook.with_name(kind + CHAINED_SUFFIX)
-    if chained.exists():
-        os.replace(chained, hook)
-    return hook
+    out = []
+    for kind in hook_names(repo):
+        hook = hooks_dir(repo) / kind
+        if not hook.exists() or MARKER not in hook.read_text(errors="replace"):
+            continue
+        hook.unlink()
+        chained = hook.with_name(kind + CHAINED_SUFFIX)
+        if chained.exists():
+            os.replace(chained, hook)
+        out.append(hook)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """What the hook runs: queue the ``OLD NEW REF`` lines on stdin (``ci.triggers.queue_updates``). Exit 0
+    when each update was queued or recorded in the pending file; not 0 only when recording failed too (the
+    shell then records the lines itself)."""
+    from ci.common import echo, open_db
+    from ci.triggers import RefUpdate, queue_updates, record_pending
+
+    parser = argparse.ArgumentParser(prog="python -m ci.hooks")
+    parser.add_argument("repo")
+    parser.add_argument("--trigger", default="hook")
+    args = parser.parse_args(argv)
+    updates = [u for u in map(RefUpdate.parse, sys.stdin.read().splitlines()) if u is not None and u.wanted]
+    try:
+        db = open_db(argparse.Namespace(db=None, data_path=None))
+    except Exception as exc:  # a bad $SOLCI_DB or lake spec: keep the updates for when it is fixed
+        path = record_pending(args.repo, updates) if updates else None
+        echo(f"could not open the database: {exc}" + (f"; {len(updates)} update(s) recorded in {path}" if path else ""))
+        return 0
+    queue_updates(db, args.repo, updates, trigger=args.trigger, echo=echo)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

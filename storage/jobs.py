@@ -309,6 +309,18 @@ def _requeue_file(conn: Any, ids: list[int]) -> None:
         )
 
 
+def queued_commits(db: Database, repo: str) -> set[str]:
+    """Every commit that has a job for ``repo`` (any status, any GPU model): where a walk back from a pushed
+    head whose old end is unknown stops (``ci.triggers.commits_between``)."""
+    if _is_lake(db):
+        with db.pg() as pg:
+            rows = pg.execute('SELECT DISTINCT "commit" FROM solci.jobs WHERE repo = %s', (repo,)).fetchall()
+    else:
+        with db.read() as conn:
+            rows = conn.execute('SELECT DISTINCT "commit" FROM jobs WHERE repo = ?', [repo]).fetchall()
+    return {r[0] for r in rows}
+
+
 def claim_next(
     db: Database,
     worker: str,

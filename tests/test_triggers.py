@@ -116,7 +116,7 @@ def test_post_receive_hook_queues_each_push(tmp_path: Path, env: dict, db: Datab
     assert queued(db) == [(sha, "main", "hook") for sha in two]
     one = work.commit_file("notes.txt", "push2\n", "push2")
     git(work.path, "push", "-q", "origin", "main")
-    git(work.path, "push", "-q", "origin", "main:feature")  # a new branch: its head (already queued)
+    git(work.path, "push", "-q", "origin", "main:feature")  # a new branch, every commit already queued
     assert queued(db) == [(sha, "main", "hook") for sha in [*two, one]]
 
 
@@ -141,6 +141,37 @@ def test_post_commit_hook_queues_each_commit(tmp_path: Path, env: dict, db: Data
     assert (hooks_dir / "post-commit").read_text().endswith(f"touch {marker}\n")
     repo.commit_file("notes.txt", "not hooked\n", "not hooked")
     assert len(queued(db)) == 1
+
+
+def test_working_repository_hooks_queue_pulls_merges_and_rebases(tmp_path: Path, env: dict, db: Database) -> None:
+    """Audit (stop 16): git runs no post-commit for a pull (fast-forward or not) or a clean merge, and a rebase's
+    commits are made on a detached HEAD: pulled and merged commits were never queued, rebased ones had no branch.
+    post-merge and post-rewrite queue them, with their branch."""
+    up = small_repo(tmp_path / "up", n_commits=1)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(up.path), str(work)], env=git_env(), check=True)
+    res = solci(["hooks", "install", str(work)], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert {p.name for p in (work / ".git" / "hooks").iterdir() if p.name.startswith("post-")} >= {
+        "post-commit",
+        "post-merge",
+        "post-rewrite",
+    }
+    pulled = [up.commit_file("notes.txt", f"up {i}\n", f"up {i}") for i in range(2)]
+    git(work, "pull", "-q", "--ff-only")
+    assert queued(db) == [(sha, "main", "hook") for sha in pulled]
+    git(work, "checkout", "-q", "-b", "side", "HEAD~1")
+    (work / "side.txt").write_text("side\n")
+    git(work, "add", "side.txt")
+    git(work, "commit", "-q", "-m", "side")
+    git(work, "rebase", "-q", "main")
+    rebased = git(work, "rev-parse", "HEAD").strip()
+    git(work, "checkout", "-q", "main")
+    git(work, "merge", "-q", "--no-ff", "--no-edit", "side")
+    merge = git(work, "rev-parse", "HEAD").strip()
+    jobs = queued(db)
+    assert (rebased, "side", "hook") in jobs and (merge, "main", "hook") in jobs
+    assert all(branch is not None for _sha, branch, _t in jobs), jobs
 
 
 # ------------------------------------------------------------------------------------------------ enqueue
