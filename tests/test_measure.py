@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKES = str(ROOT / "tests" / "fake_kernels.py")
 
 
-def _measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, dict | None, str]:
+def run_measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, dict | None, str]:
     out = tmp_path / name
     proc = subprocess.run(
         [sys.executable, "-m", "ci.cli", "measure", *args, "--out", str(out)],
@@ -55,7 +55,7 @@ MIXED_EXPECTED = {
 def mixed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mixed")
     cases = " ".join(f"{b},3" for b in MIXED_EXPECTED)
-    return _measure(
+    return run_measure(
         tmp,
         "--mode",
         "cpu-interpreter",
@@ -248,7 +248,7 @@ def test_all_cases_refused_without_gpu(capsys):
 
 
 def test_protocol_settings_reach_the_document(tmp_path):
-    rc, doc, err = _measure(
+    rc, doc, err = run_measure(
         tmp_path,
         "--mode",
         "cpu-interpreter",
@@ -274,7 +274,7 @@ def test_protocol_settings_reach_the_document(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ real kernel
 def test_real_kernel_under_the_interpreter(tmp_path):
-    rc, doc, err = _measure(tmp_path, "--mode", "cpu-interpreter", "--cases", "1,7")
+    rc, doc, err = run_measure(tmp_path, "--mode", "cpu-interpreter", "--cases", "1,7")
     assert rc == 0, err
     validate(doc)
     (c,) = doc["cases"]
@@ -288,7 +288,7 @@ def test_real_kernel_under_the_interpreter(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_real_kernel_on_the_gpu(tmp_path):
-    rc, doc, err = _measure(tmp_path, "--cases", "1,256", "--rounds", "2", "--warmup", "2", "--iters", "5")
+    rc, doc, err = run_measure(tmp_path, "--cases", "1,256", "--rounds", "2", "--warmup", "2", "--iters", "5")
     assert rc == 0, err
     validate(doc)
     assert doc["mode"] == "gpu" and len(doc["protocols"]) == 2
@@ -302,7 +302,7 @@ def test_real_kernel_on_the_gpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_illegal_address_is_isolated_on_the_gpu(tmp_path):
-    rc, doc, err = _measure(
+    rc, doc, err = run_measure(
         tmp_path, "--cases", "1,3 2,3", "--impl", f"{FAKES}:gpu_mixed", "--rounds", "1", "--warmup", "1", "--iters", "3"
     )
     assert rc == 1, err

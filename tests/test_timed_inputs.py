@@ -7,9 +7,6 @@ call, reproducibly from its seed; the kept iterations are not the last ones but 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,21 +17,14 @@ from ci.timing import Protocol, Timer
 from kernel.correctness import bitwise_equal, recheck
 from kernel.reference import attn_output_proj_backward_ref, timing_sets
 from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
-
-ROOT = Path(__file__).resolve().parent.parent
-FAKES = str(ROOT / "tests" / "fake_kernels.py")
+from tests.test_measure import FAKES, run_measure
 
 
-def _measure(tmp_path: Path, *args: str) -> tuple[int, dict | None, str]:
-    out = tmp_path / "r.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci.cli", "measure", *args, "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return proc.returncode, (json.loads(out.read_text()) if out.exists() else None), proc.stderr
+def measure_fake(tmp_path: Path, impl: str, *, baselines: bool = False) -> tuple[int, dict | None, str]:
+    """``solci measure`` of one small case under the interpreter: 1 round, 1 warm-up, 3 timed iterations."""
+    args = ["--mode", "cpu-interpreter", "--cases", "1,7", "--impl", f"{FAKES}:{impl}"]
+    args += ["--rounds", "1", "--warmup", "1", "--iters", "3"] + ([] if baselines else ["--no-baselines"])
+    return run_measure(tmp_path, *args)
 
 
 # ------------------------------------------------------------------------------------------------ the worker
@@ -46,22 +36,7 @@ def test_a_kernel_that_caches_inside_the_timed_loop_is_incorrect(tmp_path, impl,
     """tests/fake_kernels.py's ``caches`` passes every correctness round, computes on its first call inside the
     timed loop and afterwards only copies its cached outputs into ``out=`` (``caches_inputs_too`` also copies the
     first call's inputs over its own): the case is incorrect, with no kernel figure."""
-    rc, doc, err = _measure(
-        tmp_path,
-        "--mode",
-        "cpu-interpreter",
-        "--cases",
-        "1,7",
-        "--impl",
-        f"{FAKES}:{impl}",
-        "--rounds",
-        "1",
-        "--warmup",
-        "1",
-        "--iters",
-        "3",
-        "--no-baselines",
-    )
+    rc, doc, err = measure_fake(tmp_path, impl)
     assert doc is not None, err
     (c,) = doc["cases"]
     assert c["correctness"]["rounds_run"] == 1  # right wherever it is checked directly
@@ -71,21 +46,7 @@ def test_a_kernel_that_caches_inside_the_timed_loop_is_incorrect(tmp_path, impl,
 
 
 def test_an_honest_kernel_still_passes_the_recheck(tmp_path):
-    rc, doc, err = _measure(
-        tmp_path,
-        "--mode",
-        "cpu-interpreter",
-        "--cases",
-        "1,7",
-        "--impl",
-        f"{FAKES}:good",
-        "--rounds",
-        "1",
-        "--warmup",
-        "1",
-        "--iters",
-        "3",
-    )
+    rc, doc, err = measure_fake(tmp_path, "good", baselines=True)
     assert rc == 0, err
     (c,) = doc["cases"]
     assert c["status"] == "pass" and {t["impl"] for t in c["timings"]} == {"kernel", "eager", "cublas"}
