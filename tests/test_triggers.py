@@ -212,27 +212,13 @@ def test_clear_errors(tmp_path: Path, env: dict) -> None:
 
 def test_locked_database_is_reported(tmp_path: Path, env: dict) -> None:
     path = tmp_path / "locked.duckdb"
-    Database(path).schema_version()
     with Database(path).write():
         pass
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); time.sleep(60)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held(path):
         t = time.monotonic()
         res = solci(["jobs", "--db", str(path)], {**env, "SOLCI_LOCK_TIMEOUT": "1"}, tmp_path)
         assert res.returncode == 4 and "another process holds" in res.stderr, res.stderr  # infrastructure, not usage
         assert time.monotonic() - t < 30
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_read_commands_print_tables(tmp_path: Path, env: dict, db: Database) -> None:
