@@ -42,6 +42,14 @@ SOLCI_PENDING={pending}
 solci_queue() {{
   SOLCI_DB="$SOLCI_DB_FILE" PYTHONPATH="$SOLCI_PYTHONPATH" "$SOLCI_PYTHON" -P -m ci.hooks "$SOLCI_REPO"
 }}
+# queue the one update OLD NEW REF of a working repository, recording it when that fails
+solci_update() {{
+  printf '%s %s %s\\n' "$1" "$2" "$3" | solci_queue || solci_record "$1 $2 $3"
+}}
+# the checked-out branch's ref, or HEAD when detached
+solci_ref() {{
+  git symbolic-ref --quiet HEAD 2>/dev/null || echo HEAD
+}}
 # when solci itself failed: keep the lines for the next run
 solci_record() {{
   if printf '%s\\n' "$1" >> "$SOLCI_PENDING"; then
@@ -58,33 +66,24 @@ if [ -x "$0{chained}" ]; then printf '%s\\n' "$input" | "$0{chained}" "$@"; fi
 exit 0
 """
 
-_POST_COMMIT = """sha=$(git rev-parse HEAD)
-old=$(git rev-parse --quiet --verify HEAD^ 2>/dev/null) || old={zero}
-ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
+_POST_COMMIT = """old=$(git rev-parse --quiet --verify HEAD^ 2>/dev/null) || old={zero}
 # during a rebase HEAD is detached: post-rewrite queues the rebased commits, with their branch, once it ends
-if [ -d "$(git rev-parse --git-path rebase-merge)" ] || [ -d "$(git rev-parse --git-path rebase-apply)" ]; then
-  ref=
-fi
-if [ -n "$ref" ]; then
-  printf '%s %s %s\\n' "$old" "$sha" "$ref" | solci_queue || solci_record "$old $sha $ref"
+if [ ! -d "$(git rev-parse --git-path rebase-merge)" ] && [ ! -d "$(git rev-parse --git-path rebase-apply)" ]; then
+  solci_update "$old" "$(git rev-parse HEAD)" "$(solci_ref)"
 fi
 if [ -x "$0{chained}" ]; then "$0{chained}" "$@"; fi
 exit 0
 """
 
-_POST_MERGE = """sha=$(git rev-parse HEAD)
-old=$(git rev-parse --quiet --verify ORIG_HEAD 2>/dev/null) || old={zero}
-ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
-printf '%s %s %s\\n' "$old" "$sha" "$ref" | solci_queue || solci_record "$old $sha $ref"
+_POST_MERGE = """old=$(git rev-parse --quiet --verify ORIG_HEAD 2>/dev/null) || old={zero}
+solci_update "$old" "$(git rev-parse HEAD)" "$(solci_ref)"
 if [ -x "$0{chained}" ]; then "$0{chained}" "$@"; fi
 exit 0
 """
 
 _POST_REWRITE = """rewritten=$(cat)
-sha=$(git rev-parse HEAD)
-ref=$(git symbolic-ref --quiet HEAD 2>/dev/null) || ref=HEAD
 # the old end is unknown on purpose: the walk back from HEAD stops at the commits already queued
-printf '%s %s %s\\n' {zero} "$sha" "$ref" | solci_queue || solci_record "{zero} $sha $ref"
+solci_update {zero} "$(git rev-parse HEAD)" "$(solci_ref)"
 if [ -x "$0{chained}" ]; then printf '%s\\n' "$rewritten" | "$0{chained}" "$@"; fi
 exit 0
 """

@@ -46,6 +46,7 @@ from ci.gitutil import (
     old_end_known,
     remote_head,
     resolve_commit,
+    walk_back,
 )
 
 DEFAULT_MAX_COMMITS: int | None = None  # no cap: every commit of a push is queued
@@ -95,7 +96,7 @@ def commits_between(
 
     if old_end_known(source, old):
         return new_commits(source, old, new)
-    return new_commits(source, old, new, stop=queued_commits(db, repo), cap=cap)
+    return walk_back(source, new, stop=queued_commits(db, repo), cap=cap)
 
 
 # ------------------------------------------------------------------------------------------------ pending
@@ -200,15 +201,8 @@ def queue_updates(
     pending file while another process works on it."""
     echo = echo or print
     source = local_repo(repo)
-    canon = str(source)
     path = pending_file(source)
     updates = [u for u in updates if u.wanted]
-    if not path.exists():  # the usual case: nothing recorded, no lock taken
-        queued, failed = _queue_each(db, canon, source, updates, trigger, echo)
-        if failed:
-            record_pending(source, failed)
-            echo(f"{len(failed)} update(s) recorded in {path}: retried on the next push (or `solci watch`)")
-        return queued
     with _pending_lock(path, wait=wait) as held:
         if not held:
             echo(f"{path}: another process is retrying it")
@@ -216,9 +210,8 @@ def queue_updates(
         pending = _read_pending(path)
         if pending:
             echo(f"retrying {len(pending)} update(s) recorded in {path}")
-        queued, failed = _queue_each(
-            db, canon, source, pending + [u for u in updates if u not in pending], trigger, echo
-        )
+        todo = pending + [u for u in updates if u not in pending]
+        queued, failed = _queue_each(db, str(source), source, todo, trigger, echo)
         _write_pending(path, failed)
         if failed:
             echo(f"{len(failed)} update(s) recorded in {path}: retried on the next push (or `solci watch`)")

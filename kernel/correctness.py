@@ -180,33 +180,24 @@ def check_rounds(
     return Correctness(reason is None, reason, doc, worst)
 
 
-def recheck(
-    kept: Sequence[Any], m: int, inputs_of: Callable[[Any], Sequence[torch.Tensor]] | None = None
-) -> str | None:
+def recheck(kept: Sequence[Any], m: int, inputs_of: Callable[[Any], Sequence[torch.Tensor]]) -> str | None:
     """Outputs of timed iterations kept after the loop, each against the float32 reference of its own inputs:
     None when all pass, else what failed and in which timed iteration (a kernel that is right only while
     checked, or that reuses an earlier call's results).
 
-    ``kept``: ``ci.timing.KeptIteration``s (``index``, ``args``, ``kwargs["out"]``). ``inputs_of(k)``, when given,
-    draws iteration ``k``'s inputs again as they were made: the reference is computed from those and its args
-    must still equal them bit for bit; else the reference is computed from its args. No two kept iterations
-    may have had the same values of an input."""
+    ``kept``: ``ci.timing.KeptIteration``s (``index``, ``args``, ``kwargs["out"]``). ``inputs_of(k)`` draws
+    iteration ``k``'s inputs again as they were made (every iteration's are its own); its args must still
+    equal them bit for bit, and the reference is computed from them."""
     for k in kept:
         where = f"timed iteration {k.index}: "
-        inputs = tuple(inputs_of(k)) if inputs_of is not None else tuple(k.args)
-        if inputs_of is not None:
-            for name, now, before in zip(INPUT_NAMES, k.args, inputs, strict=True):
-                if not bitwise_equal(now, before):
-                    return where + f"input {name} was modified"
+        inputs = tuple(inputs_of(k))
+        for name, now, before in zip(INPUT_NAMES, k.args, inputs, strict=True):
+            if not bitwise_equal(now, before):
+                return where + f"input {name} was modified"
         refs = attn_output_proj_backward_ref(*inputs)
         for name, got, ref in zip(OUTPUT_NAMES, k.kwargs["out"], refs, strict=True):
             chk = check_output(got, ref, m)
             if not chk.ok:
                 return where + describe(name, chk, tuple(ref.shape), ref.dtype)
         del inputs, refs
-    for i, a in enumerate(kept):
-        for b in kept[i + 1 :]:
-            for name, x, y in zip(INPUT_NAMES, a.args, b.args, strict=True):
-                if bitwise_equal(x, y):
-                    return f"timed iterations {a.index} and {b.index} had the same {name} (stale inputs)"
     return None

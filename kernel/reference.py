@@ -73,8 +73,8 @@ def timing_sets(
     each call (drawn as ``make_inputs`` draws them, on the device, by a generator seeded from ``seed`` and the
     call's number: reproducible), new addresses, and, for the kernel (``with_out``), zeroed output tensors.
 
-    ``make.calls`` counts the sets made so far; ``make.draw(i)`` draws the inputs of call ``i`` again (pristine,
-    to check an iteration's outputs against)."""
+    ``make.draw(i)`` draws the inputs of call ``i`` (0-based) again, pristine, to check an iteration's outputs
+    against."""
     device = torch.device(device)
     calls = 0
 
@@ -86,13 +86,11 @@ def timing_sets(
         nonlocal calls
         args = draw(calls)
         calls += 1
-        make.calls = calls  # type: ignore[attr-defined]
         if not with_out:
             return args, {}
         ga = torch.zeros((batch_size, NUM_HEADS, seq_len, HEAD_DIM), dtype=torch.bfloat16, device=device)
         gw = torch.zeros((HIDDEN, HIDDEN), dtype=torch.bfloat16, device=device)
         return args, {"out": (ga, gw)}
 
-    make.calls = 0  # type: ignore[attr-defined]
     make.draw = draw  # type: ignore[attr-defined]
     return make
