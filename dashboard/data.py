@@ -2,7 +2,7 @@
 it at once, so runners are never kept out for long), and the tables it shows, built from those reads.
 
 No SQL lives here and nothing is judged here: verdicts, steps and drift are computed when a run is judged
-(``ci.judging``) and stored; this module only reads them. Reads are bounded: one selection's newest N runs
+(``ci.verdict.apply``) and stored; this module only reads them. Reads are bounded: one selection's newest N runs
 (the sidebar's window), or aggregates computed in SQL; nothing loops over the whole history in Python.
 
 A *selection* is one hardware label and one protocol: series never mix either.
@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ci.hardware import CPU_LABEL
 from dashboard import fmt
-from kernel.workload import CASES, geomean
+from dashboard.charts import run_labels as labels
+from problem.workload import CASES, CPU_LABEL, geomean
 from storage import db as storage_db
 from storage import queries
-from storage.db import Database
+from storage.db import Database, open_database
 from storage.schema import BOUNDARY_STATUSES, SUITE
 from storage.schema import STEP_STATUSES as STEP_STATUSES  # the Changes tab's status filter
 
@@ -73,7 +73,7 @@ def open_db(path: str | Path | None = None) -> Database:
     with _DBS_LOCK:
         db = _DBS.get(key)
         if db is None:
-            db = _DBS[key] = Database(path, lock_timeout=timeout, create=False)
+            db = _DBS[key] = open_database(path, lock_timeout=timeout, create=False)
         return db
 
 
@@ -139,7 +139,6 @@ def protocol_label(protocol: str, names: dict[str, str]) -> str:
 def run_labels(df: pd.DataFrame) -> dict[str, str]:
     """run_id -> x label (short commit, '#2' for a repeat), in the frame's (time) order (charts.run_labels): plain
     text, escaped where it is shown."""
-    from dashboard.charts import run_labels as labels
 
     return labels(df)
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import sys
 
+import plotly.graph_objects as go
+from streamlit.web import cli
+
+from dashboard import charts, data
+from storage.db import StorageError
+
 
 def warm_up() -> None:
-    """Import the page's data and chart modules and build one small figure of each kind the page draws."""
-    import plotly.graph_objects as go
-
-    import dashboard.charts
-    import dashboard.data  # duckdb, storage
-
+    """Build one small figure of each kind the page draws (the page's modules are imported above)."""
     x = ["a", "b"]
     fig = go.Figure(
         data=[
@@ -37,21 +38,18 @@ def warm_up() -> None:
             "shapes": [{"type": "line", "x0": "a", "x1": "a", "y0": 0, "y1": 1}],
             "annotations": [{"text": "a", "x": 0, "y": 1}],
             "title": {"text": "t", "subtitle": {"text": "s"}},
-            "template": dashboard.charts.TEMPLATE,
+            "template": charts.TEMPLATE,
         },
     )
     fig.add_hline(y=1)
     fig.to_json()
-    warm_history(dashboard.data.history_location(None))
+    warm_history(data.history_location(None))
 
 
 def warm_history(location: object) -> None:
     """Read what the page's first render reads (the series, the default selection's window and changes) once,
     so the first visitor finds the file's pages in the OS cache and the read path run once. Any storage error
     is left for the page to show."""
-    from dashboard import data
-    from storage.db import StorageError
-
     try:
         db = data.open_db(location)  # type: ignore[arg-type]
         sel = data.default_selection(data.summary(db))
@@ -63,8 +61,6 @@ def warm_history(location: object) -> None:
 
 
 def main() -> int:
-    from streamlit.web import cli
-
     warm_up()
     sys.argv = ["streamlit", *sys.argv[1:]]
     return int(cli.main(prog_name="streamlit") or 0)

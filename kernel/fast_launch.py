@@ -16,7 +16,7 @@ Host tensor descriptors are passed as ``LightDesc``: the four fields the launche
 The protocol is private to Triton, so the fast path runs only on ``PINNED_TRITON`` (the version in
 ``constraints.txt``); on any other version every launch goes through the dispatcher. A registered launch hook (a
 profiler, say) also sends every launch through the dispatcher, so the hook sees it.
-``tests/test_fast_launch.py`` checks the call against the pinned Triton's own runner and launcher on the CPU;
+``tests/kernel/test_fast_launch.py`` checks the call against the pinned Triton's own runner and launcher on the CPU;
 the GPU tests run the kernel through both paths.
 """
 

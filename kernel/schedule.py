@@ -23,7 +23,7 @@ import functools
 from dataclasses import dataclass
 
 from kernel.configs import WARP_SPECIALIZE, KernelConfig
-from kernel.workload import HEAD_DIM, HIDDEN
+from problem.workload import HEAD_DIM, HIDDEN
 
 # A step is one BK slice of a 128 x 256 tile; smaller tiles run their multiply-adds less efficiently.
 _TILE_EFFICIENCY = {128 * 256: 1.0, 128 * 128: 0.85, 64 * 256: 0.8, 64 * 128: 0.7, 64 * 64: 0.5}

@@ -1,5 +1,9 @@
 # Sourced by the scripts/setup_*.sh: apt_install WHO PACKAGE... installs Debian packages, with sudo when not
 # root; a clear line and exit 1 when there is no apt-get or no way to become root.
+if [ "${BASH_SOURCE[0]}" = "$0" ] && { [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; }; then  # run, not sourced
+  sed -n '1,2p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 apt_install() {
   local who=$1
   shift

@@ -5,7 +5,7 @@ Builds (or reuses, ``--db``) a history of ``--runs`` runs measured for their own
 every status (open, fixed, improvement, acknowledged, ambiguous with machine drift, not reproduced), crashed
 and incorrect runs and a job queue. The bulk is written with SQL in the schema's shape (seconds instead of an
 hour of judging); the first runs and the newest ones go through ``storage.ingest.ingest_result`` and
-``ci.judging.judge_run`` (the newest GPU regression confirmed by a fake interleaved re-measurement), so the
+``ci.verdict.apply.judge_run`` (the newest GPU regression confirmed by a fake interleaved re-measurement), so the
 newest part of the history is exactly what the runner stores. The newest GPU run crashed and the newest run of
 all is a CPU-interpreter run: the dashboard must still open on the H200's latest passing run.
 
@@ -90,17 +90,17 @@ _COMMIT_SQL = "md5('c' || {i}) || left(md5('d' || {i}), 8)"
 # ------------------------------------------------------------------------------------------------ history
 def build_history(path: Path, n_runs: int = 10_000, *, tail: int = 10, echo: Callable[[str], None] = print) -> dict:
     """Write a history of ``n_runs`` measured runs into a new file at ``path``; returns counts and timings."""
-    from ci.judging import judge_run
-    from kernel.workload import CASES, SMOKE_CASES, t_sol_us
-    from storage.db import Database
+    from ci.verdict.apply import judge_run
+    from problem.workload import CASES, SMOKE_CASES, t_sol_us
+    from storage.db import open_database
     from storage.ingest import ingest_result, insert_rows
     from storage.jobs import claim_next, enqueue, finish
-    from tests.factories import default_median_us, make_result
+    from tests.support.factories import default_median_us, make_result
 
     if path.exists():
         raise FileExistsError(f"{path} exists; pass it with --db to reuse it, or remove it")
     t_start = time.perf_counter()
-    db = Database(path, lock_timeout=60)
+    db = open_database(path, lock_timeout=60)
     rng = random.Random(1)
     names = [c.name for c in CASES]
     smoke = [c.name for c in SMOKE_CASES]

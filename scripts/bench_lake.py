@@ -33,16 +33,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "tests", ROOT / "scripts"):
+for p in (ROOT, ROOT / "scripts"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 WRITER = textwrap.dedent("""
     import json, sys, time
-    from tests.factories import make_result
-    from storage.db import Database
+    from tests.support.factories import make_result
+    from storage.db import open_database
     from storage.ingest import ingest_result
-    db = Database(sys.argv[1], data_path=sys.argv[2], lock_timeout=600)
+    db = open_database(sys.argv[1], data_path=sys.argv[2], lock_timeout=600)
     k, n = sys.argv[3], int(sys.argv[4])
     docs = [make_result(run_id=f"bench-w{k}-{i}", commit=f"{int(k):02d}{i:038d}", n_samples=50) for i in range(n)]
     with db.read() as conn:  # connect before the start line
@@ -64,13 +64,13 @@ def _median(xs: list[float]) -> float:
 
 def _env(spec: str, data: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(SOLCI_DB=spec, SOLCI_DATA_PATH=str(data), PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    env.update(SOLCI_DB=spec, SOLCI_DATA_PATH=str(data), PYTHONPATH=str(ROOT))
     return env
 
 
 def bench_append(db, n: int, prefix: str) -> list[float]:
     from storage.ingest import ingest_result
-    from tests.factories import make_result
+    from tests.support.factories import make_result
 
     out = []
     for i in range(n):
@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from bench_dashboard import build_history, find_chromium, free_port, measure, serve, stop
-    from test_lake_pg import PgCluster, find_pg_bin
 
-    from storage.db import Database
+    from storage.db import open_database
     from storage.lake import compact
     from storage.lake_migrate import migrate
+    from tests.support.postgres import PgCluster, find_pg_bin
 
     bin_dir = find_pg_bin()
     if bin_dir is None:
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             f"in {time.perf_counter() - t:.0f} s",
             file=sys.stderr,
         )
-        src = Database(file_path, lock_timeout=60)
-        lake = Database(spec, data_path=data, lock_timeout=600)
+        src = open_database(file_path, lock_timeout=60)
+        lake = open_database(spec, data_path=data, lock_timeout=600)
         t = time.perf_counter()
         report = migrate(src, lake)
         rows.append(
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         from storage import queries
 
-        reader = Database(spec, create=False)
+        reader = open_database(spec, create=False)
         queries.history(reader, limit=20)
         t = time.perf_counter()
         for _ in range(5):
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind, ts in res["first"].items():
                 rows.append((f"dashboard first render on the lake: {kind}", f"{_median(ts):.2f} s"))
         else:
-            cold = Database(spec, create=False)
+            cold = open_database(spec, create=False)
             rows.append(
                 (
                     "dashboard first render's queries on the lake (no browser here: storage.queries only)",

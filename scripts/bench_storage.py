@@ -1,8 +1,10 @@
-"""Storage benchmark: a history of 10,000 runs x 16 cases with raw samples (50 per impl, 3 impls).
+"""Storage benchmark of the file backend: a history of 10,000 runs x 16 cases with raw samples (50 per impl, 3 impls).
 
-Builds the database in a temporary directory (bulk SQL for the history), then times what the CI does every
-run: appending one run through ``ingest_result`` (target < 100 ms) and ``history()`` with a typical filter
-and without (target < 1 s). Each figure is the median of several repetitions (max shown too).
+Builds the history file in a temporary directory (bulk SQL), then times what the CI does every run: appending
+one run through ``ingest_result`` (target < 100 ms), ``history()`` with a typical filter and without (target
+< 1 s), and judging the newest run (``ci.verdict.apply.judge_run``: reads its series, stores its verdict). Each
+figure is the median of several repetitions (max shown too). ``scripts/bench_lake.py`` measures the lake
+backend (it needs PostgreSQL); this one needs nothing but the file.
 
     python scripts/bench_storage.py [--runs 10000] [--repeat 5] [--keep DIR]
 """
@@ -19,15 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from ci.regression import judge_run  # noqa: E402
-from factories import make_result  # noqa: E402
-
-from kernel.workload import CASES  # noqa: E402
+from ci.verdict.apply import judge_run  # noqa: E402
+from problem.workload import CASES  # noqa: E402
 from storage import queries  # noqa: E402
-from storage.db import Database  # noqa: E402
+from storage.db import Database, open_database  # noqa: E402
 from storage.ingest import ingest_result  # noqa: E402
+from tests.support.factories import make_result  # noqa: E402
 
 
 def build(db: Database, n_runs: int, n_samples: int = 50) -> float:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         tmp = tempfile.TemporaryDirectory(prefix="solci-bench-")
         path = Path(tmp.name) / "bench.duckdb"
-    db = Database(path)
+    db = open_database(path)
     build_s = build(db, args.runs)
     size_mb = path.stat().st_size / 1e6
     with db.read() as conn:
@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         med, mx, df = timed(fn, args.repeat)
         rows.append((label, med, mx, 1.0, f"{len(df)} rows"))
-    med, mx, fl = timed(lambda: judge_run(db, "new4" if args.repeat >= 5 else "new0"), args.repeat)
-    rows.append(("judge_run (5 baseline runs, 16 cases + suite)", med, mx, None, f"{len(fl)} flags"))
+    newest = f"new{args.repeat - 1}"
+    med, mx, judged = timed(lambda: judge_run(db, newest), args.repeat)
+    rows.append(("judge_run (the newest run against its series)", med, mx, None, f"verdict {judged.verdict}"))
 
     print()
     print(f"{'operation':<58} {'median':>10} {'max':>10} {'target':>8}  result")

@@ -1,5 +1,11 @@
-"""Compare the per-case kernel medians of two `solci measure` result files (the noise floor check)."""
+"""Compare the per-case kernel medians of two `solci measure` result files (the noise floor check).
 
+    python scripts/compare_runs.py RUN1.json RUN2.json
+Prints each case's two medians and their difference; exit 1 when a case with M >= 1024 differs by more than 3 %
+(scripts/gpu_final_session.sh runs it on two back-to-back measurements of the same commit).
+"""
+
+import argparse
 import json
 import sys
 
@@ -32,4 +38,8 @@ def main(a: str, b: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("first", help="a result file of `solci measure --out`")
+    ap.add_argument("second", help="another one, of the same commit on the same machine")
+    args = ap.parse_args()
+    sys.exit(main(args.first, args.second))

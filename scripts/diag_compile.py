@@ -1,29 +1,44 @@
 """Compile the fused kernel for sm_90 on a machine without a GPU: shared memory, registers, spills, PTX facts.
 
 Usage (CPU host, triton installed): python scripts/diag_compile.py [M ...] [--set num_stages=5 --set tma_store=False]
-Catches compile errors, shared-memory overflows and register spills of a configuration before any device time
-is spent on it. The arguments are the launcher's own (`launch_arguments`), on its CUDA path with host tensor
-descriptors and bf16 wgmma; tests/test_kernel_compile.py runs it in CI.
+Catches compile errors, shared-memory overflows and register spills of a configuration before any device time is
+spent on it. ``--dump DIR`` also writes each shape's PTX and SASS with the debug line information left out, so two
+trees (before and after a change that should not touch the kernel's code) compare with ``diff -r``. The arguments
+are the launcher's own (`launch_arguments`), on its CUDA path with host tensor descriptors and bf16 wgmma;
+tests/kernel/test_kernel_compile.py runs it in CI.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 from dataclasses import replace
+from pathlib import Path
 
-import torch
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, compile, make_backend
-from triton.runtime.jit import create_function_from_signature
 
-from kernel.configs import config_for
-from kernel.schedule import plan_schedule
-from kernel.workload import HEAD_DIM, HIDDEN, NUM_HEADS
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "ms", nargs="*", type=int, default=[256, 512, 1024, 2048, 4096, 8192], metavar="M", help="rows of each shape"
+    )
+    ap.add_argument("--seq", type=int, default=128, help="seq_len of the shape compiled (S)")
+    ap.add_argument("--set", action="append", default=[], help="config override key=value (int or str)")
+    ap.add_argument("--dump", metavar="DIR", help="write M<m>_S<s>.ptx and .sass (line info left out) into DIR")
+    return ap.parse_args(argv)
 
-# the module (the package's attribute of that name is the public function)
-kernel_module = importlib.import_module("kernel.attn_output_proj_backward")
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load (5-8 s on a 2-core host)
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile, make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+from kernel import backward as kernel_module  # noqa: E402  (the launcher's module)
+from kernel.configs import config_for  # noqa: E402
+from kernel.schedule import plan_schedule  # noqa: E402
+from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
 
 
 def compile_for(m: int, s: int, cfg, programs: int = 132, module=kernel_module, extra: dict | None = None):
@@ -52,8 +67,8 @@ def compile_for(m: int, s: int, cfg, programs: int = 132, module=kernel_module, 
     return plan, compile(ASTSource(fn, signature, cexprs, attrs), target=target, options=options.__dict__)
 
 
-def _resource_usage(cubin: bytes) -> str:
-    """REG / STACK / local-memory figures from cuobjdump (Triton's own copy) for one cubin."""
+def _cuobjdump(cubin: bytes, *flags: str) -> str:
+    """Triton's own copy of cuobjdump run on one cubin."""
     import os
     import subprocess
     import tempfile
@@ -64,17 +79,28 @@ def _resource_usage(cubin: bytes) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
         fh.write(cubin)
         fh.flush()
-        out = subprocess.run([tool, "-res-usage", fh.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, *flags, fh.name], capture_output=True, text=True).stdout
+
+
+def code_without_line_info(compiled) -> tuple[str, str]:
+    """(PTX, SASS) of a compiled kernel without what names source lines: ``.loc``/``.file`` and the debug
+    sections of the PTX, the addresses and line comments of the SASS."""
+    ptx = "\n".join(ln for ln in compiled.asm["ptx"].splitlines() if not re.match(r"\s*(\.loc|\.file|//)", ln))
+    ptx = re.sub(r"\.section\s+\.debug_\w+\s*\{.*?\}", "", ptx, flags=re.S)
+    sass = _cuobjdump(compiled.asm["cubin"], "-sass")
+    instr = re.compile(r"^\s+/\*[0-9a-f]{4}\*/")
+    sass = "\n".join(re.sub(r"/\*[0-9a-f]{4}\*/", "", ln).strip() for ln in sass.splitlines() if instr.search(ln))
+    return ptx + "\n", sass + "\n"
+
+
+def _resource_usage(cubin: bytes) -> str:
+    """REG / STACK / local-memory figures from cuobjdump (Triton's own copy) for one cubin."""
+    out = _cuobjdump(cubin, "-res-usage")
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
     return f"regs {m.group(1)}, stack {m.group(2)}, local {m.group(4)}" if m else out.strip()[-200:]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("ms", nargs="*", type=int, default=[256, 512, 1024, 2048, 4096, 8192])
-    ap.add_argument("--seq", type=int, default=128, help="seq_len of the shape compiled (S)")
-    ap.add_argument("--set", action="append", default=[], help="config override key=value (int or str)")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> None:
     over = {}
     for kv in args.set:
         k, v = kv.split("=", 1)
@@ -90,7 +116,12 @@ def main() -> None:
             f"shared {k.metadata.shared} B, {res}, "
             f"atom {len(re.findall(r'atom[.]', ptx))}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}"
         )
+        if args.dump:
+            out = Path(args.dump)
+            out.mkdir(parents=True, exist_ok=True)
+            for suffix, text in zip(("ptx", "sass"), code_without_line_info(k), strict=True):
+                (out / f"M{m}_S{min(args.seq, m)}.{suffix}").write_text(text)
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -10,27 +10,35 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import sys
 from dataclasses import replace
 
-import torch
-from diag_timeline import only  # the plan with one kind of tile (scripts/ is on the path when run as a script)
 
-from ci.bench import _short, _timer_and_protocols, check_case, time_impl
-from kernel.configs import config_for
-from kernel.workload import Case
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ms", default="4096,8192", help="the M timed, comma-separated (1024, 2048, 4096, 8192)")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--base-only", action="store_true", help="only the table's configuration, no tile variants")
+    return ap.parse_args(argv)
 
-kmod = importlib.import_module("kernel.attn_output_proj_backward")  # the module (kernel.<name> is the function)
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load (5-8 s on a 2-core host)
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+
+# the plan with one kind of tile (scripts/ is on the path when run as a script)
+from diag_timeline import only  # noqa: E402
+
+from ci.harness.bench import _short, _timer_and_protocols, check_case, time_impl  # noqa: E402
+from kernel import backward as kmod  # noqa: E402  (the launcher's module)
+from kernel.configs import config_for  # noqa: E402
+from problem.workload import Case  # noqa: E402
+
 CASE_OF = {1024: "4,256", 2048: "4,512", 4096: "4,1024", 8192: "8,1024"}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ms", default="4096,8192")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--base-only", action="store_true", help="only the table's configuration, no tile variants")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     device = torch.device("cuda")
     timer, protocols = _timer_and_protocols(device, 5, args.iters)
     cupti = next(p for p in protocols if p.timer == "cupti")
@@ -68,4 +76,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

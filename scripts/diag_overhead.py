@@ -1,15 +1,31 @@
-"""Where does host time go per call, and what does the GPU kernel alone take? (GPU diagnostic.)"""
+"""Where does host time go per call, and what does the GPU kernel alone take? (GPU diagnostic.)
 
+Usage on a GPU host: PYTHONPATH=. python3 scripts/diag_overhead.py (scripts/gpu_kernel_session.sh diag)
+For five shapes: the host time of the launcher's argument checks, of two cuBLAS matmuls and of the kernel's call
+with host or device tensor descriptors or plain pointers, beside the GPU span (CUPTI); then a cProfile of 300
+calls of the fast path for M=256.
+"""
+
+import argparse
 import statistics
 import time
 from dataclasses import replace
 
-import torch
-from torch.profiler import ProfilerActivity, profile
 
-from kernel import attn_output_proj_backward
-from kernel.attn_output_proj_backward import _validate, kernel_config
-from kernel.reference import make_inputs, two_matmuls
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load (5-8 s on a 2-core host)
+    parse_args()
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from kernel import attn_output_proj_backward  # noqa: E402
+from kernel.backward import _validate, kernel_config  # noqa: E402
+from problem.reference import make_inputs, two_matmuls  # noqa: E402
 
 
 def host_us(fn, n=200):
@@ -64,10 +80,6 @@ def diag(b: int, s: int) -> None:
             print(f"   {name:<12} failed: {str(exc).splitlines()[0][:120]}")
 
 
-for bs in [(1, 256), (4, 512), (8, 256), (2, 4096), (64, 128)]:
-    diag(*bs)
-
-
 def host_profile(b: int, s: int) -> None:
     """cProfile of 300 calls on the fast path: where the host time goes."""
     import cProfile
@@ -87,4 +99,11 @@ def host_profile(b: int, s: int) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
 
-host_profile(1, 256)
+def main() -> None:
+    for bs in [(1, 256), (4, 512), (8, 256), (2, 4096), (64, 128)]:
+        diag(*bs)
+    host_profile(1, 256)
+
+
+if __name__ == "__main__":
+    main()

@@ -17,13 +17,25 @@ import re
 import sys
 from dataclasses import replace
 
-import torch
 
-from ci.bench import _short, _timer_and_protocols, check_case, time_impl
-from kernel.attn_output_proj_backward import attn_output_proj_backward
-from kernel.configs import KernelConfig, config_for
-from kernel.reference import two_matmuls
-from kernel.workload import Case
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--margin", type=float, default=0.015)
+    ap.add_argument("--apply", action="store_true")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load (5-8 s on a 2-core host)
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+
+from ci.harness.bench import _short, _timer_and_protocols, check_case, time_impl  # noqa: E402
+from kernel.backward import attn_output_proj_backward  # noqa: E402
+from kernel.configs import KernelConfig, config_for  # noqa: E402
+from problem.reference import two_matmuls  # noqa: E402
+from problem.workload import Case  # noqa: E402
 
 # (bucket, case timed, variants of the table entry); shared memory checked with scripts/diag_compile.py
 VARIANTS: tuple[tuple[int, Case, tuple[dict, ...]], ...] = (
@@ -65,12 +77,7 @@ def apply(winners: dict[int, KernelConfig], path: str = "kernel/configs.py") -> 
         fh.write(text)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--margin", type=float, default=0.015)
-    ap.add_argument("--apply", action="store_true")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     device = torch.device("cuda")
     timer, protocols = _timer_and_protocols(device, 5, args.iters)
     cupti = next(p for p in protocols if p.timer == "cupti")
@@ -116,4 +123,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

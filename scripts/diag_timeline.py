@@ -5,7 +5,7 @@ On a CPU host: python scripts/diag_timeline.py --compile-only [M ...] (the trace
 
 The traced copy of the kernel has a stamp (%globaltimer, clock64, %smid) at each program's start and end. It is
 made by rewriting the kernel module's source into a temporary file (kernel/ itself is untouched; the rewrite fails
-loudly if the kernel's text no longer has its anchors, and tests/test_kernel_compile.py compiles it).
+loudly if the kernel's text no longer has its anchors, and tests/kernel/test_kernel_compile.py compiles it).
 
 - timeline: per M, the table's configuration (and the occupancy-2 variants of OCC2), L2 flushed, the launch queued
   behind a sleep kernel: per group of programs (the grad_attn and the grad_weight programs of a partition, or all)
@@ -13,7 +13,7 @@ loudly if the kernel's text no longer has its anchors, and tests/test_kernel_com
 - fixed: one kind of tile alone (the other's tile count zeroed) on fewer programs, each running 1, 2, 4, 8 tiles:
   busy time per program against tiles per program (slope: the cost of one more tile; intercept: the fixed cost).
 - screen: the candidates of SCREEN traced; the table and the two shortest spans then timed A/B/A/B under the
-  CUPTI span (ci/bench.py's timer: L2 flushed, fresh inputs), each checked against the reference first.
+  CUPTI span (ci/harness/bench.py's timer: L2 flushed, fresh inputs), each checked against the reference first.
 - occupancy: OCC2's two-programs-per-SM variants timed A/B/A/B against the table.
 Logs of the runs kernel/NOTES.md quotes: docs/h200/exp_timeline.log, exp_screen_a.log, exp_screen_b.log.
 """
@@ -30,14 +30,25 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import torch
 
-from ci.bench import _short, _timer_and_protocols, check_case, time_impl
-from kernel.configs import config_for
-from kernel.reference import make_inputs, two_matmuls
-from kernel.workload import Case
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--parts", default="timeline,fixed,screen", help="of timeline, fixed, screen, occupancy")
+    ap.add_argument("--compile-only", nargs="*", type=int, metavar="M")
+    return ap.parse_args(argv)
 
-kmod = importlib.import_module("kernel.attn_output_proj_backward")
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load (5-8 s on a 2-core host)
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+
+from ci.harness.bench import _short, _timer_and_protocols, check_case, time_impl  # noqa: E402
+from kernel import backward as kmod  # noqa: E402  (the launcher's module)
+from kernel.configs import config_for  # noqa: E402
+from problem.reference import make_inputs, two_matmuls  # noqa: E402
+from problem.workload import Case  # noqa: E402
 
 _STAMPS = """
 
@@ -402,12 +413,7 @@ def compile_only(ms: list[int]) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--parts", default="timeline,fixed,screen")
-    ap.add_argument("--compile-only", nargs="*", type=int, metavar="M")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
     if args.compile_only is not None:
         return compile_only(args.compile_only or [256, 1024])
     device = torch.device("cuda")
@@ -431,4 +437,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

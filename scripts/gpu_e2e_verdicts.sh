@@ -14,6 +14,11 @@
 # Length: about 11 minutes on the H200 (2026-12-01; the pushes take 105, 190, 175, 125, 45 s), past one device
 # call's 10-minute limit; fewer E2E_CASES do not shorten it (each run's fixed costs dominate). The logs of pushes
 # that finished come back under $OUT even when the call is cut.
+# Usage (GPU machine, repo root): bash scripts/gpu_e2e_verdicts.sh; the logs go to $OUT (default /tmp/out).
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,8 +33,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 
 echo "== 1. GPU tests"
-[ -n "${E2E_SKIP_TESTS:-}" ] || timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernel_gpu.py \
-  tests/test_timing.py tests/test_measure.py -m gpu 2>&1 | tail -5 | tee "$OUT/gpu_tests.log"
+[ -n "${E2E_SKIP_TESTS:-}" ] || timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_gpu.py \
+  tests/harness/test_timing.py tests/harness/test_measure.py -m gpu 2>&1 | tail -5 | tee "$OUT/gpu_tests.log"
 
 echo "== 2. bubblewrap"
 if bwrap --ro-bind / / --unshare-all --die-with-parent true 2>"$OUT/bwrap.err"; then
@@ -44,7 +49,7 @@ rm -rf /tmp/e2e /tmp/e2e.git && mkdir -p /tmp/e2e && git init -q --bare -b main 
 tar --exclude=./.whl --exclude=./.sandbox --exclude=./.git --exclude=./.solci -cf - . | tar -C /tmp/e2e -xf -
 cd /tmp/e2e && git init -q -b main && git remote add origin /tmp/e2e.git
 g() { git -c user.name=e2e -c user.email=e2e@local "$@"; }
-L=kernel/attn_output_proj_backward.py
+L=kernel/backward.py
 cp $L /tmp/launcher.orig
 g add -A && g commit -qm "base: the project as it is"
 echo "# neutral 1" >> README.md && g commit -qam "neutral 1"

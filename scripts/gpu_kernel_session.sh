@@ -2,6 +2,10 @@
 # One device-tool call for kernel work. Usage (GPU machine, repo root):
 #   bash scripts/gpu_kernel_session.sh [tests] [diag] [stages] [ncu] [sweep] [bench] [bench-swept]
 # sweep saves the fastest configuration per M bucket to $OUT/best.json; bench-swept times the 16 cases with it.
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -9,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 for step in "$@"; do
   case $step in
-    tests) timeout 240 python3 -m pytest -q tests/test_kernel_gpu.py tests/test_schedule.py 2>&1 \
+    tests) timeout 240 python3 -m pytest -q tests/kernel/test_kernel_gpu.py tests/kernel/test_schedule.py 2>&1 \
              | tee "$OUT/gpu_tests.log" | tail -8 ;;
     stages) timeout 200 python3 scripts/diag_stages.py 2>&1 | grep -v -i warn | tee "$OUT/exp_stages.log" ;;
     ncu) ncu=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -19,10 +23,10 @@ for step in "$@"; do
          grep -E "^  _fused|Duration|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall" \
            "$OUT/ncu_small_m.txt" | head -60 ;;
     diag) timeout 200 python3 scripts/diag_overhead.py 2>&1 | tee "$OUT/diag.log" ;;
-    sweep) timeout 330 python3 -m ci.bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
+    sweep) timeout 330 python3 -m ci.cli bench --sweep --warmup 5 --iters 20 --save "$OUT/best.json" 2>&1 \
              | grep -v -i warn | tee "$OUT/sweep.log" ;;
-    bench) timeout 150 python3 -m ci.bench --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" ;;
-    bench-swept) timeout 150 python3 -m ci.bench --configs "$OUT/best.json" --csv "$OUT/bench_swept.csv" 2>&1 \
+    bench) timeout 150 python3 -m ci.cli bench --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" ;;
+    bench-swept) timeout 150 python3 -m ci.cli bench --configs "$OUT/best.json" --csv "$OUT/bench_swept.csv" 2>&1 \
              | grep -v -i warn | tee "$OUT/bench_swept.log" ;;
   esac
 done

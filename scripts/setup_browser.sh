@@ -3,6 +3,10 @@
 # through executable_path=/usr/bin/chromium (Playwright's own browser download is not needed).
 #   scripts/setup_browser.sh          install chromium when it is missing (idempotent; sudo when not root)
 # Prints the browser's path and version. Playwright itself comes with the dev extras (pip install -e ".[dev]").
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 set -euo pipefail
 . "$(dirname "$0")/apt_install.sh"
 

@@ -2,6 +2,10 @@
 # The sandbox the local executor measures a commit's kernel in: Debian's `bubblewrap` (apt), idempotent.
 #   scripts/setup_sandbox.sh          install bwrap when it is missing (sudo when not root), then check that it
 #                                     can create namespaces here
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 set -euo pipefail
 . "$(dirname "$0")/apt_install.sh"
 if ! command -v bwrap >/dev/null 2>&1; then

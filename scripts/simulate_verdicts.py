@@ -18,8 +18,9 @@ a hundred throttled (every case and the in-run baselines slower by 5-15 %, the S
 Each series gets planted steps (2, 3, 5 and 10 %, on the whole suite or on one case, slower or faster,
 half of the slowdowns reverted a few commits later) among neutral commits; a run that moves at screening is
 confirmed with interleaved pairs drawn the same way; late steps are looked for after every commit. Every
-decision is made by ``ci.judge`` through ``Series.judge`` and ``Series.late``, the flow ``ci.judging`` runs on the
-runner's stored runs, with its default ``JudgeConfig``; each commit's runs carry its job id, as stored ones do.
+decision is made by ``ci.verdict.rules`` through ``Series.judge`` and ``Series.late``, the flow
+``ci.verdict.apply`` runs on the runner's stored runs, with its default ``JudgeConfig``; each commit's runs carry
+its job id, as stored ones do.
 
 Reported: false alarms per 100 neutral commits (a confirmed step on a commit that changed nothing), at the
 suite level (8 or more cases, or the suite) and the case level (any case), commits blamed within ten
@@ -44,8 +45,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ci.judge import ConfirmRuns, JudgeConfig, RunFigures, Series, clean_pairs, interleave, pair_up  # noqa: E402
-from kernel.workload import CASES  # noqa: E402
+from ci.verdict.confirm import interleaved_runs  # noqa: E402
+from ci.verdict.rules import ConfirmRuns, JudgeConfig, RunFigures, Series  # noqa: E402
+from problem.workload import CASES  # noqa: E402
 from storage.schema import BOUNDARY_STATUSES  # noqa: E402
 
 DOC = ROOT / "docs" / "verdicts.md"
@@ -250,25 +252,21 @@ def plant(n: int, rng: random.Random) -> list[Planted]:
 
 def confirmer(machine: Machine, levels: list[dict[str, float]], cfg: JudgeConfig, job: list[int]) -> ConfirmRuns:
     """Interleaved runs of a commit (B) and its parent (A), in the current job, until ``cfg.pairs`` pairs are
-    unthrottled (at most two pairs more), as the runner measures them."""
+    unthrottled (at most two pairs more): the job runner's loop (``ci.verdict.confirm.interleaved_runs``), on
+    the simulated machine."""
 
     def runs(parent: str, commit: str, cases: list[str]) -> list[tuple[str, RunFigures]]:
-        k, p = int(commit[1:]), int(parent[1:])
-        out: list[tuple[str, RunFigures]] = []
-        order = interleave(cfg.pairs + 2)
-        while len(out) < len(order):
-            for label in order[len(out) : len(out) + 2]:
-                j = p if label == "A" else k
-                out.append((label, machine.run(f"c{j}", levels[j], purpose="confirm", job=job[0], cases=cases)))
-            if len(clean_pairs(pair_up(out), cases)) >= cfg.pairs:
-                break
-        return out
+        def measure(_label: str, sha: str) -> RunFigures:
+            j = int(sha[1:])
+            return machine.run(f"c{j}", levels[j], purpose="confirm", job=job[0], cases=cases)
+
+        return interleaved_runs(parent, commit, cases, pairs=cfg.pairs, run=measure, figures=lambda fig: fig)
 
     return runs
 
 
 def simulate_series(fit: NoiseFit, n: int, rng: random.Random, cfg: JudgeConfig) -> Outcome:
-    """One series through ``Series.judge`` and ``Series.late``: the flow ``ci.judging`` runs on stored runs."""
+    """One series through ``Series.judge`` and ``Series.late``: the flow ``ci.verdict.apply`` runs on stored runs."""
     machine = Machine(fit, rng)
     planted = plant(n, rng)
     at = {p.index: p for p in planted}

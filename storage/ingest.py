@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from kernel.workload import geomean, t_sol_us
+from problem.workload import geomean, t_sol_us
 from storage.db import Database
 from storage.records import update_project_records
 from storage.result import RejectedResult, validate
@@ -52,7 +52,7 @@ QUARANTINE_FRACTION = 0.9
 
 def quarantine_reason(doc: dict) -> str | None:
     """Why a GPU run's figures are impossible (a case below QUARANTINE_FRACTION x T_SOL of its GPU model,
-    computed here from kernel.workload, not taken from the document), or None."""
+    computed here from problem.workload, not taken from the document), or None."""
     model = doc["hardware"].get("gpu_model")
     if doc["mode"] != "gpu" or model is None:
         return None

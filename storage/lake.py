@@ -7,9 +7,9 @@ lake; every machine must see it at the same path; an existing lake remembers it)
 
 DuckLake keeps the tables as Parquet files in the data folder and their catalog (snapshots, files, inlined small
 inserts) in PostgreSQL, so any number of DuckDB clients on any number of machines read and write one history.
-``LakeDatabase`` gives the same interface as the file backend (``write()``, ``read()``, ``transaction()``
-yielding a DuckDB connection on which the same SQL runs: the lake is attached as ``lake`` and ``USE lake`` makes
-unqualified table names resolve there):
+``LakeDatabase`` implements ``storage.backend.Database`` like the file backend (``write()``, ``read()``,
+``transaction()`` yielding a DuckDB connection on which the same SQL runs: the lake is attached as ``lake`` and
+``USE lake`` makes unqualified table names resolve there):
 
 - **extensions**: DuckDB cannot download extensions on these machines; the ``duckdb-extension-ducklake`` and
   ``duckdb-extension-postgres-scanner`` packages (pinned with duckdb 1.5.5) ship them and are LOADed from disk.
@@ -30,12 +30,14 @@ unqualified table names resolve there):
 - **an unreachable catalog** raises ``CatalogUnreachableError`` with the (password-free) spec and what to do;
   the cached instance is dropped so the next call reconnects.
 
-The job queue of a lake lives in PostgreSQL tables next to the catalog (``storage.lake_queue``); readers see it
+The job queue of a lake lives in PostgreSQL tables next to the catalog (``storage.lake_queue.PgQueue``, the lake's
+``queue``); readers see it
 as the tables ``jobs`` and ``watch_state`` (temporary views over the PostgreSQL tables, attached read-only).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import re
@@ -43,12 +45,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from storage.db import (
+from storage import schema
+from storage.backend import (
     DATA_PATH_ENV,
     DB_ENV,
     READ_ONLY_CONFIG,
@@ -58,10 +62,9 @@ from storage.db import (
     DiskFullError,
     HistoryMissingError,
     StorageError,
-    _open_writers,
-    _process_lock,
     is_disk_full,
 )
+from storage.lake_queue import PgQueue
 
 PG_PREFIX = "ducklake:postgres:"
 ALIAS = "lake"
@@ -106,7 +109,7 @@ def redact(text: str) -> str:
 
 def _psycopg_error(exc: BaseException) -> bool:
     try:
-        import psycopg
+        import psycopg  # lazy: psycopg takes ~0.3 s to import; a history file never needs it
     except ImportError:  # pragma: no cover - psycopg is a dependency
         return False
     return isinstance(exc, psycopg.Error)
@@ -119,7 +122,7 @@ def pg_connection_lost(exc: BaseException) -> bool:
     failure: those are OperationalErrors of a live session too."""
     if not _psycopg_error(exc):
         return False
-    import psycopg
+    import psycopg  # lazy: see _psycopg_error
 
     state = getattr(exc, "sqlstate", None)
     if state is None:
@@ -177,8 +180,21 @@ def _with_timeout(conninfo: str) -> str:
     return f"{conninfo} connect_timeout={max(1, seconds)}"
 
 
+# One lock per lake for this process: its writes go one at a time (the fleet-wide lock is per session).
+_PROCESS_LOCKS: dict[str, threading.RLock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def _process_lock(key: str) -> threading.RLock:
+    with _PROCESS_LOCKS_GUARD:
+        lock = _PROCESS_LOCKS.get(key)
+        if lock is None:
+            lock = _PROCESS_LOCKS[key] = threading.RLock()
+        return lock
+
+
 class LakeLocation(str):
-    """``db.path`` of a lake: the spec itself (so ``Database(db.path)`` opens it again), with the few Path
+    """``db.path`` of a lake: the spec itself (so ``open_database(db.path)`` opens it again), with the few Path
     methods callers use on a history location."""
 
     def resolve(self) -> LakeLocation:
@@ -237,19 +253,21 @@ _TOKEN_SQL = """SELECT (SELECT max(snapshot_id) FROM ducklake_snapshot), count(*
 
 
 class LakeDatabase(Database):
-    """A DuckLake on PostgreSQL, behind the interface of ``storage.db.Database``."""
+    """A DuckLake on PostgreSQL (see the module's docstring): ``spec`` is ``ducklake:postgres:<libpq string>``,
+    ``data_path`` the folder of its Parquet files (needed to create it; an existing lake remembers it)."""
 
     backend = "lake"
 
     def __init__(
         self,
-        path: str | Path | None = None,
+        spec: str,
         *,
         lock_timeout: float = 30.0,
         create: bool = True,
         data_path: str | Path | None = None,
     ) -> None:
-        spec = str(path) if path is not None else os.environ.get(DB_ENV, "")
+        super().__init__(lock_timeout=lock_timeout, create=create)
+        spec = str(spec)
         if not spec.startswith(PG_PREFIX):
             raise StorageError(
                 f"{redact(spec)}: a lake spec is ducklake:postgres:<libpq connection string>, e.g. "
@@ -257,11 +275,7 @@ class LakeDatabase(Database):
             )
         self.path = LakeLocation(spec)
         self.conninfo = _with_timeout(spec[len(PG_PREFIX) :].strip())
-        dp = data_path if data_path is not None else os.environ.get(DATA_PATH_ENV) or None
-        self.data_path = _normalise_data_path(dp) if dp else None
-        self.lock_timeout = float(lock_timeout)
-        self.create = create
-        self._checked = False
+        self.data_path = _normalise_data_path(data_path) if data_path else None
 
     def __repr__(self) -> str:
         return f"LakeDatabase({self.describe()!r})"
@@ -277,6 +291,11 @@ class LakeDatabase(Database):
     def describe(self) -> str:
         where = f" (data {self.data_path})" if self.data_path else ""
         return redact(str.__str__(self.path)) + where
+
+    @cached_property
+    def queue(self) -> PgQueue:
+        """The lake's queue in PostgreSQL (``storage.lake_queue``)."""
+        return PgQueue(self)
 
     # ------------------------------------------------------------------------------------------ errors
     def unreachable(self, exc: BaseException) -> CatalogUnreachableError:
@@ -308,7 +327,7 @@ class LakeDatabase(Database):
 
     @contextmanager
     def _pg_errors(self) -> Iterator[None]:
-        import psycopg
+        import psycopg  # lazy: psycopg takes ~0.3 s to import; only a lake's processes need it
 
         try:
             yield
@@ -327,8 +346,6 @@ class LakeDatabase(Database):
         if is_lock_wait(exc):
             return self.locked(exc)
         if is_disk_full(exc):
-            import errno
-
             return DiskFullError(errno.ENOSPC, f"{self.describe()}: the disk is full ({exc}); nothing was stored")
         return exc
 
@@ -348,7 +365,7 @@ class LakeDatabase(Database):
     # ------------------------------------------------------------------------------------------ postgres
     def _pg_session(self) -> Any:
         """This thread's psycopg session to the catalog's database (autocommit), opened when needed."""
-        import psycopg
+        import psycopg  # lazy: psycopg takes ~0.3 s to import; only a lake's processes need it
 
         pgs = getattr(_THREAD, "pg", None)
         if pgs is None:
@@ -379,8 +396,6 @@ class LakeDatabase(Database):
     def pg(self) -> Iterator[Any]:
         """A psycopg connection inside a PostgreSQL transaction (the queue's tables exist); commits on exit. A lost
         session raises CatalogUnreachableError, a lock wait DatabaseLockedError (rolled back either way)."""
-        from storage import schema
-
         conn = self._pg_session()
         with self._pg_errors():
             if self._key not in _QUEUE_READY:
@@ -401,7 +416,7 @@ class LakeDatabase(Database):
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
         """The fleet-wide write lock (a PostgreSQL advisory lock of this thread's session); reentrant."""
-        import psycopg
+        import psycopg  # lazy: psycopg takes ~0.3 s to import; only a lake's processes need it
 
         depth = getattr(_THREAD, "lock_depth", None)
         if depth is None:
@@ -532,8 +547,6 @@ class LakeDatabase(Database):
         return cur
 
     def _ensure_schema(self, cur: duckdb.DuckDBPyConnection) -> None:
-        from storage import schema
-
         if self._key in _SCHEMA_READY:
             return
         schema.migrate(cur, self.describe(), backend="lake")
@@ -543,8 +556,7 @@ class LakeDatabase(Database):
     @contextmanager
     def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection (autocommit) under the fleet's write lock; migrates the lake first."""
-        writers = _open_writers()
-        existing = writers.get(self._key)
+        existing = self._open_writer()
         if existing is not None:
             yield existing
             return
@@ -555,23 +567,23 @@ class LakeDatabase(Database):
             )
         with _process_lock(self._key), self._write_lock():
             cur = self._cursor(read_only=False)
-            writers[self._key] = cur
             try:
-                self._ensure_schema(cur)
-                self._checked = True
-                yield cur
+                with self._writer_open(cur):
+                    self._ensure_schema(cur)
+                    self._checked = True
+                    yield cur
             except (duckdb.Error, OSError) as exc:
                 translated = self._translate(exc)
                 if translated is exc:
                     raise
                 raise translated from exc
             finally:
-                writers.pop(self._key, None)
                 cur.close()
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        existing = _open_writers().get(self._key)
+        """A read-only cursor on the lake (the queue seen as ``jobs`` / ``watch_state``); closed on exit."""
+        existing = self._open_writer()
         if existing is not None:
             yield existing
             return
@@ -589,8 +601,6 @@ class LakeDatabase(Database):
             cur.close()
 
     def _ensure_current(self) -> None:
-        from storage import schema
-
         if not self.catalog_exists():
             if not self.create:
                 raise HistoryMissingError(
@@ -616,8 +626,7 @@ class LakeDatabase(Database):
             pass
 
     def schema_version(self) -> int:
-        from storage import schema
-
+        """The schema version the lake holds (0 when there is no catalog or no schema yet)."""
         if not self.catalog_exists():
             return 0
         cur = self._cursor(read_only=True)
@@ -633,7 +642,7 @@ class LakeDatabase(Database):
         commit of any writer makes one) and the queue's state in PostgreSQL (jobs queued, claimed, finished or
         requeued; heartbeats left out). Nothing through DuckDB; one statement to the catalog once both its and
         the queue's tables are known to exist (until then, a look for them first)."""
-        import psycopg
+        import psycopg  # lazy: psycopg takes ~0.3 s to import; only a lake's processes need it
 
         key = self._key
         with self._pg_errors():
@@ -678,7 +687,7 @@ def compact(db: Any, *, keep_days: float = 7.0, grace_hours: float = 1.0) -> dic
     small files merged (``ducklake_merge_adjacent_files``), snapshots older than ``keep_days`` expired (time
     travel before that is given up), files no snapshot needs for ``grace_hours`` deleted (a reader still on
     an older snapshot keeps its files meanwhile). Returns counts. On a history file: a CHECKPOINT."""
-    if getattr(db, "backend", "file") != "lake":
+    if not isinstance(db, LakeDatabase):
         with db.write() as conn:
             conn.execute("CHECKPOINT")
         return {"checkpoint": 1}

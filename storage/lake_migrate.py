@@ -19,11 +19,13 @@ file first; the file is only read (its schema upgraded if it was older).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 
-from storage.db import StorageError
+from storage.backend import Database, StorageError
+from storage.file import FileDatabase
+from storage.jobs import Job, list_jobs
+from storage.lake import LakeDatabase
 
 SRC_ALIAS = "solci_migration_source"
 QUEUE_TABLES = ("jobs", "watch_state")
@@ -81,7 +83,7 @@ def checksum(conn: duckdb.DuckDBPyConnection, table: str, prefix: str = "") -> t
     return int(row[0]), (None if row[1] is None else int(row[1]))
 
 
-def verify(source: Any, target: Any) -> MigrationReport:
+def verify(source: Database, target: Database) -> MigrationReport:
     """Row counts and checksums of every table of the file against the lake's."""
     report = MigrationReport()
     with source.read() as conn:
@@ -94,12 +96,9 @@ def verify(source: Any, target: Any) -> MigrationReport:
     return report
 
 
-def migrate(source: Any, target: Any) -> MigrationReport:
+def migrate(source: Database, target: Database) -> MigrationReport:
     """Copy the history file ``source`` into the empty lake ``target``; the verification's report."""
-    from storage import lake_queue
-    from storage.jobs import Job, list_jobs
-
-    if getattr(source, "backend", "file") != "file" or getattr(target, "backend", "file") != "lake":
+    if not isinstance(source, FileDatabase) or not isinstance(target, LakeDatabase):
         raise StorageError("migrate copies a history file (--db FILE) into a lake (--to ducklake:...)")
     source.schema_version()  # HistoryMissingError etc. before anything is made
     with source.write():  # brings the file to the current schema
@@ -111,7 +110,7 @@ def migrate(source: Any, target: Any) -> MigrationReport:
                     f"{target.describe()}: the lake holds a history already; migrate only copies into a new lake "
                     "(drop its PostgreSQL database and data folder to start over)"
                 )
-    if lake_queue.list_jobs(target, status=None, limit=1):
+    if target.queue.list_jobs(status=None, limit=1):
         raise StorageError(f"{target.describe()}: the lake's queue holds jobs already; migrate into a new lake")
     path = str(source.path.resolve()).replace("'", "''")
     with target.write() as conn:
@@ -136,10 +135,10 @@ def migrate(source: Any, target: Any) -> MigrationReport:
             conn.execute("USE lake")
             conn.execute(f"DETACH DATABASE IF EXISTS {SRC_ALIAS}")
     jobs: list[Job] = sorted(list_jobs(source, limit=10**9), key=lambda j: j.id)
-    queued = lake_queue.import_jobs(target, jobs)
+    queued = target.queue.import_jobs(jobs)
     with source.read() as conn:
         watch = conn.execute("SELECT repo, branch, last_commit, updated_at FROM watch_state").fetchall()
-    lake_queue.import_watch_state(target, watch)
+    target.queue.import_watch_state(watch)
     report = verify(source, target)
     report.jobs_queued = queued
     return report

@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from kernel.workload import Case
+from problem.workload import Case
 from storage.db import Database, StorageError
 from storage.schema import BOUNDARY_STATUSES, SUITE
 
@@ -494,7 +494,7 @@ def verdict_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
 
 
 # --- dashboard and read commands
-# What the dashboard and the read commands (``ci.read_commands``) read: aggregated in SQL, bounded by a window of
+# What the dashboard and the read commands (``ci.cli.read``) read: aggregated in SQL, bounded by a window of
 # the newest N runs of one selection (hardware label x protocol), never the whole history into Python.
 _MEASURED = "coalesce(r.purpose, 'measure') = 'measure'"  # confirmation re-measurements are not series points
 

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import duckdb
 
-from kernel.workload import geomean
+from problem.workload import geomean
 from storage.schema import SUITE
 
 PROJECT_SOURCE = "solci (this project's passing runs)"

@@ -14,7 +14,7 @@ Schema (version 1)::
       "mode": "gpu" | "cpu-interpreter",
       "hardware": {
         "label": str,                # what every figure is labelled with: "NVIDIA H200" or "cpu-interpreter"
-        "gpu_model": str | None,     # key of kernel.workload.GPU_PEAKS, None when unknown or no GPU
+        "gpu_model": str | None,     # key of problem.workload.GPU_PEAKS, None when unknown or no GPU
         "gpu_name": str | None, "sm_count": int | None, "memory_bytes": int | None,
         "driver": str | None, "cuda": str | None, "torch": str, "triton": str, "python": str,
         "hostname": str, "cpu": str,
@@ -51,7 +51,7 @@ Schema (version 1)::
 Optional keys ``solci measure`` adds (readers must not require them)::
 
     top level:      "impl": str (the --impl measured), "worker_starts": int, "harness": str (the harness
-                    version, ci.timing.harness_version), "candidate": bool (a commit's tree was measured),
+                    version, ci.harness.timing.harness_version), "candidate": bool (a commit's tree was measured),
                     "sandbox": "bwrap" | "none"
     hardware:       "compute_capability": str, "l2_bytes": int, "max_sm_clock_mhz": int | None
     protocols[]:    "rounds": int, "zero_outputs": bool, "host_ahead": bool, "flush_l2_multiple": int,

@@ -12,14 +12,13 @@ Tables (version 1):
 - ``results``        one row per run x case: status, error, median/eager/cuBLAS/T_SOL (us), score, config...
 - ``samples``        one row per run x case x impl x protocol: summary statistics and ``samples_us DOUBLE[]``
 - ``jobs``           the queue (queued/running/done/failed)
-- ``flags``          regression / improvement / new_record / incorrect / error, per run and case (version 1's
-                     judging; kept for the history it holds, no longer written)
+- ``flags``          version 1's judging (regression / improvement / ... per run and case); dropped by version 3
 - ``records``        best-known figures: published B200 leaderboard rows and the project's own bests
 - ``record_events``  "record broken": a passing run that beat the project's best
 
 Added by version 2:
-- ``verdicts``       one row per judged run: verdict (see ``ci.judge.VERDICTS``), suite change and interval, cases
-                     moved, drift / clock notes, the step it opened, the message
+- ``verdicts``       one row per judged run: verdict (see ``ci.verdict.rules.VERDICTS``), suite change and
+                     interval, cases moved, drift / clock notes, the step it opened, the message
 - ``verdict_cases``  per run x case: change against the level, the tested figure, threshold, z, p, q (FDR), the
                      noise used, the controls' change, and the confirmation's paired change with its interval
 - ``steps``          one row per detected change of level (culprit commit, status open / fixed / acknowledged /
@@ -31,6 +30,9 @@ Added by version 2:
 - columns: ``commits.parent``; ``runs.purpose`` (measure | confirm), ``runs.harness`` (the harness version),
   ``runs.quarantine`` (why its figures are impossible, e.g. below the speed of light); ``jobs.lease_owner``,
   ``jobs.heartbeat_at``, ``jobs.gpu_model``
+
+Version 3 drops ``flags`` (never written since version 2, read by nothing; ``solci flags`` lists ``steps``) and
+its sequence.
 
 Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
 geometric mean over a run's cases.
@@ -54,8 +56,8 @@ from pathlib import Path
 
 import duckdb
 
-from kernel.workload import B200_RECORDS, CASES, LEADERBOARD_SOURCE
-from storage.db import SchemaVersionError
+from problem.workload import B200_RECORDS, CASES, LEADERBOARD_SOURCE
+from storage.backend import SchemaVersionError
 
 SUITE = "__suite__"
 # steps.status: a boundary is a change of level the judging stands by (the level starts again after it); the
@@ -275,6 +277,12 @@ def _v2(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
     _run_ddl(conn, _V2_DDL, backend)
 
 
+def _v3(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
+    conn.execute("DROP TABLE IF EXISTS flags")
+    if backend == "file":  # a lake has no sequences (adapt_ddl)
+        conn.execute("DROP SEQUENCE IF EXISTS flags_seq")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema; published B200 leaderboard records", _v1),
     Migration(
@@ -283,6 +291,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "job leases, watch state",
         _v2,
     ),
+    Migration(3, "drop the unused flags table (version 1's judging)", _v3),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -32,6 +32,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from storage import jobs
+from storage.backend import StorageError
+from storage.ingest import ingest_result, reject
+from storage.result import SchemaError
+
 SPOOL_ENV = "SOLCI_SPOOL"
 FORMAT = 1
 KEEP_REJECTED = 32  # files of rejected documents kept in rejected/ (a hostile commit can forge many)
@@ -180,10 +185,6 @@ def store(
     ``RejectedResult``) is stored as a rejected run and its file set aside: returned with the reason, never
     raised. Raises what the history raised (locked, full, unreachable: ``StorageError``, ``OSError``); the
     spool file then stays for ``flush``."""
-    from storage import jobs
-    from storage.ingest import ingest_result, reject
-    from storage.result import SchemaError
-
     path = spooled or save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
     run_id = str(doc.get("run_id")) if isinstance(doc, dict) else "?"
     try:
@@ -230,8 +231,6 @@ class FlushReport:
 def flush(db: Any, *, echo: Callable[[str], None] | None = None) -> FlushReport:
     """Ingest every pending spooled result, oldest first (``store``); stop at the first failure of the history
     (locked, full, unreachable), leaving that file and the later ones for the next flush."""
-    from storage.db import StorageError
-
     say = echo or (lambda _m: None)
     report = FlushReport()
     items = pending(db)

@@ -1,5 +1,5 @@
 """Writes of judging: a run's verdict and per-case figures, the steps it opens or changes, the noise model it
-used, and acknowledgements. Judging (``ci.judging``) decides; this module stores, each judgement in one
+used, and acknowledgements. Judging (``ci.verdict.apply``) decides; this module stores, each judgement in one
 transaction. Reads are in ``storage.queries`` (``verdict``, ``changes``, ``series_runs`` ...)."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _now() -> datetime:
 
 @dataclass
 class Judgement:
-    """What one judging of a run stores (plain values; ``ci.judging`` fills it)."""
+    """What one judging of a run stores (plain values; ``ci.verdict.apply`` fills it)."""
 
     verdict: dict[str, Any]  # VERDICT_COLUMNS
     cases: list[dict[str, Any]] = field(default_factory=list)  # CASE_COLUMNS

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo_factory import PROJECT, make_project_repo
-from tests.test_images import IMAGE, needs_image
+from tests.support import PROJECT
+from tests.support.images import IMAGE, needs_image
+from tests.support.repo_factory import make_project_repo
 
 yaml = pytest.importorskip("yaml")
 BROKEN = ("error", "crashed", "timed_out", "build_failed")  # outcomes of a measurement that did not finish

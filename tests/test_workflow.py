@@ -10,8 +10,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ROOT / ".github" / "workflows" / "solci.yml"
+from tests.support import PROJECT
+
+WORKFLOW = PROJECT / ".github" / "workflows" / "solci.yml"
 
 
 def _workflow() -> dict:

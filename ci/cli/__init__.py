@@ -1,0 +1,2 @@
+"""The command line: ``solci`` (``main``) and its commands, on top of everything else; nothing imports it
+but ``ci.hooks``, the command a git hook runs."""

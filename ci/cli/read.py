@@ -1,0 +1,336 @@
+"""The reading subcommands of ``solci``: history, flags, records, jobs, sql.
+
+solci history | flags | records | jobs | sql "SELECT ..."   read the history (tables)
+
+Readers never create a history: a missing ``--db`` path is an error (exit 2). A filter that names something
+the history does not hold says what it does hold (exit 2); numbers print plainly (microseconds with fixed
+decimals, changes and scores as percentages, p-values with two significant digits, never 1.5e+06).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ci.cli.common import (
+    add_db_argument,
+    bounded,
+    format_changes,
+    handles_errors,
+    one_line_errors,
+    open_db,
+    print_table,
+)
+from problem.workload import Case
+from storage.jobs import get_job, list_jobs
+from storage.queries import changes, history, records, run_sql, step_cases, stored_values
+from storage.schema import STEP_STATUSES
+
+# Column names -> how their numbers print (format_numbers).
+CHANGE_COLUMNS = frozenset(
+    {
+        "change",
+        "lo",
+        "hi",
+        "magnitude",
+        "gap",
+        "score_gap",
+        "suite_change",
+        "suite_lo",
+        "suite_hi",
+        "worst_change",
+        "tested_change",
+        "threshold",
+        "control_change",
+        "clock_change",
+        "confirmed_change",
+        "confirmed_lo",
+        "confirmed_hi",
+    }
+)
+P_COLUMNS = frozenset({"p_value", "q_value", "p", "q"})
+PERCENT_COLUMNS = frozenset({"pct_sol"})  # already in percent
+FRACTION_COLUMNS = frozenset({"score"})  # 0..1, printed as a percentage
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def given_filters(**filters: object) -> str:
+    """The filters a command was given, as the user typed them ('--case 4,128 --hardware H200'), for a message
+    saying that nothing matched them."""
+    return " ".join(f"--{k} {v}" for k, v in filters.items() if v is not None)
+
+
+def plain_number(v: float) -> str:
+    """A float without an exponent: 1521941.0 -> '1521941', 0.62143219 -> '0.621432'."""
+    return np.format_float_positional(float(v), precision=6, unique=True, trim="-")
+
+
+def p_text(v: float) -> str:
+    return "<0.0001" if v < 1e-4 else f"{v:.2g}"
+
+
+def _is_missing(v: Any) -> bool:
+    try:
+        return v is None or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def format_numbers(df: pd.DataFrame, *, raw: bool = False) -> pd.DataFrame:
+    """Numbers as plain text, by column name: ``*_us`` with 2 decimals, p/q-values with 2 significant digits,
+    changes as signed percentages, scores (0..1) and pct_sol as percentages, other floats plainly; times to the
+    second; anything missing as '-'. ``raw`` (``solci sql``): only microseconds, p-values and plain floats, no
+    rescaling."""
+    out = df.copy()
+    for col in out.columns:
+        s = out[col]
+        if pd.api.types.is_datetime64_any_dtype(s):
+            out[col] = s.dt.strftime("%Y-%m-%d %H:%M:%S")
+            continue
+        if not (pd.api.types.is_float_dtype(s) or (s.dtype == object and s.map(lambda v: isinstance(v, float)).any())):
+            continue
+        name = str(col).lower()
+        if name.endswith("_us"):
+            f = lambda v: f"{float(v):.2f}"
+        elif name in P_COLUMNS:
+            f = lambda v: p_text(float(v))
+        elif not raw and name in CHANGE_COLUMNS:
+            f = lambda v: f"{float(v):+.1%}"
+        elif not raw and name in FRACTION_COLUMNS:
+            f = lambda v: f"{float(v):.1%}"
+        elif not raw and name in PERCENT_COLUMNS:
+            f = lambda v: f"{float(v):.1f}%"
+        else:
+            f = plain_number
+        out[col] = s.map(
+            lambda v, f=f: "-" if _is_missing(v) else (f(v) if isinstance(v, (float, np.floating)) else str(v))
+        )
+    return out.astype(object).where(out.notna(), "-")  # missing text, ids, times: '-' (not NaN, <NA>, NaT)
+
+
+def _listing(values: Iterable[str], most: int = 20) -> str:
+    vals = [str(v) for v in values]
+    if not vals:
+        return "(none)"
+    more = f", ... ({len(vals) - most} more)" if len(vals) > most else ""
+    return ", ".join(vals[:most]) + more
+
+
+def check_filters(
+    db: Any,
+    *,
+    case: str | None = None,
+    hardware: str | None = None,
+    protocol: str | None = None,
+    branch: str | None = None,
+) -> dict[str, list[str]]:
+    """ValueError (exit 2) naming what the history holds when a filter names something it does not hold;
+    returns the stored values (storage.queries.stored_values)."""
+
+    vals = stored_values(db)
+    problems = []
+    if case is not None and case != "__suite__":
+        try:
+            name = Case.parse(case).name
+        except ValueError as exc:
+            raise ValueError(f"{exc}; cases stored: {_listing(vals['case'])}") from None
+        if name not in vals["case"]:
+            problems.append(f"no runs of case {name}; cases stored: {_listing(vals['case'])}")
+    if hardware is not None and hardware not in vals["hardware"] and hardware not in vals["gpu_model"]:
+        problems.append(
+            f"no runs on hardware {hardware}; hardware stored: {_listing(vals['hardware'])}"
+            + (f" (GPU models: {_listing(vals['gpu_model'])})" if vals["gpu_model"] else "")
+        )
+    if protocol is not None and protocol not in vals["protocol"] and protocol not in vals["protocol_name"]:
+        problems.append(
+            f"no runs with protocol {protocol}; protocols stored: {_listing(vals['protocol_name'])} "
+            f"(hashes: {_listing(vals['protocol'])})"
+        )
+    if branch is not None and branch not in vals["branch"]:
+        problems.append(f"no runs on branch {branch}; branches stored: {_listing(vals['branch'])}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return vals
+
+
+# ------------------------------------------------------------------------------------------------ commands
+@handles_errors
+def cmd_history(args: argparse.Namespace) -> int:
+
+    db = open_db(args, create=False)
+    limit = args.limit if args.limit and args.limit > 0 else None
+    df = history(db, case=args.case, hardware=args.hardware, protocol=args.protocol, limit=limit)
+    if df.empty:
+        vals = check_filters(db, case=args.case, hardware=args.hardware, protocol=args.protocol)
+        if not vals["hardware"]:
+            print(f"(no runs yet in {db.path})")
+        else:
+            given = given_filters(case=args.case, hardware=args.hardware, protocol=args.protocol)
+            print(f"(no runs match {given} together; hardware stored: {_listing(vals['hardware'])})")
+        return 0
+    n_runs = df["run_id"].nunique()
+    df = df.assign(commit=df["commit"].str[:12], run_id=df["run_id"].str[:8])
+    cols = [
+        "started_at",
+        "commit",
+        "branch",
+        "run_id",
+        "hardware",
+        "case",
+        "status",
+        "median_us",
+        "eager_us",
+        "cublas_us",
+        "score",
+    ]
+    df = df[[c for c in cols if c in df.columns]]
+    df = df.assign(score=df["score"].where(df["status"] == "pass"))  # a failed case has no score, not 0 %
+    print_table(format_numbers(df))
+    if limit is not None and n_runs >= limit:
+        print(f"(the newest {limit} runs; --limit N for more, --limit 0 for all)")
+    return 0
+
+
+@handles_errors
+def cmd_flags(args: argparse.Namespace) -> int:
+    """Each detected change of level once (newest first); ``--cases``: the cases each one moved."""
+
+    db = open_db(args, create=False)
+    df = changes(db, hardware=args.hardware, status=args.status, commit=args.commit, limit=args.limit + 1)
+    more = len(df) > args.limit
+    df = df.head(args.limit)
+    if df.empty:
+        if args.hardware is not None:
+            check_filters(db, hardware=args.hardware)
+        which = given_filters(commit=args.commit, hardware=args.hardware, status=args.status)
+        print(f"(no changes detected{' for ' + which if which else ''})")
+        return 0
+    view = format_changes(df, ("suite_change", "suite_lo", "suite_hi", "worst_change"))
+    view = view.assign(
+        commit=df["commit"].str[:12],
+        moved=[
+            f"{m}/{n}" if n else str(m)
+            for m, n in zip(df["cases_moved"], df["n_cases"].fillna(0).astype(int), strict=True)
+        ],
+        suite=[
+            f"{c} [{lo}, {hi}]"
+            for c, lo, hi in zip(view["suite_change"], view["suite_lo"], view["suite_hi"], strict=True)
+        ],
+        worst=[
+            f"{c} {w}" if isinstance(c, str) else "-"
+            for c, w in zip(df["worst_case"], view["worst_change"], strict=True)
+        ],
+        created_at=df["created_at"].dt.strftime("%Y-%m-%d %H:%M"),
+    )
+    cols = ["created_at", "commit", "status", "direction", "detected_by", "moved", "suite", "worst", "hardware"]
+    if not args.cases:
+        print_table(view[cols], max_colwidth=60)
+    else:
+        for row, full in zip(view.itertuples(index=False), df.itertuples(index=False), strict=True):
+            print(f"{row.created_at}  {row.commit}  {row.status}  {row.direction}  suite {row.suite}  ({row.hardware})")
+            print(f"  {full.message}")
+            if isinstance(full.ack_reason, str) and full.ack_reason:
+                print(f"  acknowledged: {full.ack_reason}")
+            cases = step_cases(db, full.step_id)
+            if not cases.empty:
+                print_table(format_numbers(cases), max_colwidth=40)
+    if more:
+        print(f"(showing the newest {args.limit}; older changes exist: --limit N to see more)")
+    return 0
+
+
+@handles_errors
+def cmd_records(args: argparse.Namespace) -> int:
+
+    print_table(format_numbers(records(open_db(args, create=False))))
+    return 0
+
+
+@handles_errors
+def cmd_sql(args: argparse.Namespace) -> int:
+
+    df = run_sql(open_db(args, create=False), args.query)
+    print_table(format_numbers(df, raw=True), max_colwidth=args.max_colwidth)
+    return 0
+
+
+@handles_errors
+def cmd_jobs(args: argparse.Namespace) -> int:
+
+    db = open_db(args, create=False)
+    if args.log is not None:
+        job = get_job(db, args.log)
+        if job is None:
+            raise ValueError(f"no job {args.log} in {db.path}")
+        print(f"job {job.id}: {job.commit} {job.status} {job.outcome or ''}".rstrip())
+        print(job.log or "(no log)")
+        return 0
+    rows = [
+        {
+            "id": j.id,
+            "commit": j.commit[:12],
+            "branch": j.branch,
+            "trigger": j.trigger,
+            "status": j.status,
+            "outcome": j.outcome,
+            "attempts": j.attempts,
+            "enqueued_at": j.enqueued_at,
+            "gpu": j.gpu,
+            "run_id": (j.run_id or "")[:8],
+            "repo": j.repo,
+        }
+        for j in list_jobs(db, status=args.status, limit=args.limit)
+    ]
+    print_table(format_numbers(pd.DataFrame(rows)), empty="(no jobs)")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = one_line_errors(subparsers.add_parser("history", help="per-case results of the stored runs, oldest first"))
+    p.add_argument("--case", help="one case, e.g. 4,128 or B4_S128 (__suite__: the geometric mean)")
+    p.add_argument("--hardware", help="hardware label or GPU model, e.g. H200")
+    p.add_argument("--protocol", help="protocol hash or name")
+    p.add_argument(
+        "--limit",
+        type=bounded(int, 0),
+        default=20,
+        help="only the most recent N runs (default 20; 0: all, which can be long)",
+    )
+    add_db_argument(p)
+    p.set_defaults(func=cmd_history)
+
+    p = one_line_errors(
+        subparsers.add_parser(
+            "flags", help="each detected change of level once: culprit, status, cases moved, interval; newest first"
+        )
+    )
+    p.add_argument("--commit", help="one commit (or its prefix)")
+    p.add_argument("--hardware", help="hardware label or GPU model, e.g. H200")
+    p.add_argument("--status", choices=STEP_STATUSES, help="only steps of this status")
+    p.add_argument("--cases", action="store_true", help="every change with the cases it moved")
+    p.add_argument("--limit", type=bounded(int, 1), default=50, help="at most N changes (default 50)")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_flags)
+
+    p = one_line_errors(
+        subparsers.add_parser("records", help="best-known figures: published leaderboard and project bests")
+    )
+    add_db_argument(p)
+    p.set_defaults(func=cmd_records)
+
+    p = one_line_errors(subparsers.add_parser("sql", help="a read-only SQL query on the history database"))
+    p.add_argument("query", help='e.g. "SELECT commit, geomean_us FROM runs ORDER BY started_at"')
+    p.add_argument("--max-colwidth", type=bounded(int, 4), default=80)
+    add_db_argument(p)
+    p.set_defaults(func=cmd_sql)
+
+    p = one_line_errors(subparsers.add_parser("jobs", help="the job queue, newest first (--log ID: one job's log)"))
+    p.add_argument("--status", choices=("queued", "running", "done", "failed"))
+    p.add_argument("--limit", type=bounded(int, 1), default=30)
+    p.add_argument("--log", type=int, metavar="ID", help="print the log of job ID")
+    add_db_argument(p)
+    p.set_defaults(func=cmd_jobs)

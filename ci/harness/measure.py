@@ -1,0 +1,669 @@
+"""``solci measure``: correctness and latency of the kernel and its baselines, one result document per run.
+
+Cases run one at a time in a worker subprocess (``ci.harness.case_process``); a case that crashes the worker or outlives
+``--case-timeout`` is recorded (error / timeout) and a fresh worker takes the remaining cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ci.harness import sandbox
+from ci.harness.args import bounded, dispatch
+from ci.harness.sandbox import SANDBOX_KINDS
+from ci.harness.timing import GPU_TIMERS, Protocol, harness_version, make_protocols
+from problem.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
+from storage.result import IMPLS, SCHEMA_VERSION, timing_stats, validate
+
+DEFAULT_IMPL = "kernel:attn_output_proj_backward"
+GPU_CASE_TIMEOUT_S = 120.0
+CPU_CASE_TIMEOUT_S = 300.0
+WORKER_START_TIMEOUT_S = 300.0
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def case_token(text: str) -> list[Case | str]:
+    """One --cases token: "all", "smoke", or cases "B,S" (several may be separated by ';' or spaces)."""
+    out: list[Case | str] = []
+    for part in text.replace(";", " ").split():
+        low = part.lower()
+        if low in ("all", "smoke"):
+            out.append(low)
+            continue
+        try:
+            out.append(Case.parse(part))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}; or use 'all' or 'smoke'") from None
+    if not out:
+        raise argparse.ArgumentTypeError("empty case list")
+    return out
+
+
+_positive_int = bounded(int, 1)
+_nonneg_int = bounded(int, 0)
+_positive_float = bounded(float, 0, strict=True)
+
+
+def _impl_spec(text: str) -> str:
+    mod, sep, fn = text.rpartition(":")
+    if not sep or not mod or not fn:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODULE:FUNCTION (or path/to/file.py:FUNCTION)")
+    return text
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "measure",
+        help="check correctness and time the kernel and its baselines; write a result document",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        type=case_token,
+        metavar="CASES",
+        help="'all' (the 16 workload cases), 'smoke', or cases 'B,S' (e.g. 1,256 4,128); "
+        "default: all on a GPU, smoke without one",
+    )
+    p.add_argument("--out", help="write the result document here (default: print it to stdout)")
+    p.add_argument(
+        "--impl",
+        type=_impl_spec,
+        default=DEFAULT_IMPL,
+        help=f"the kernel, MODULE:FUNCTION or FILE.py:FUNCTION (default {DEFAULT_IMPL})",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("auto", "gpu", "cpu-interpreter"),
+        default="auto",
+        help="auto: the GPU when torch sees one, else Triton's interpreter on the CPU",
+    )
+    p.add_argument("--force", action="store_true", help="allow --cases all under the interpreter (hours)")
+    p.add_argument("--rounds", type=_positive_int, help="correctness rounds (changes the protocol hash)")
+    p.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations (changes the protocol hash)")
+    p.add_argument("--iters", type=_positive_int, help="timed iterations (changes the protocol hash)")
+    p.add_argument(
+        "--timer",
+        choices=GPU_TIMERS,
+        default=None,
+        help="the primary GPU timer, the one medians and scores use (default: the CUPTI span, the "
+        "benchmark's rule, where the profiler works; else CUDA events)",
+    )
+    p.add_argument("--no-cupti", action="store_true", help="skip the CUPTI timer on the GPU (CUDA events only)")
+    p.add_argument(
+        "--candidate",
+        type=Path,
+        help="a commit's tree: measure ITS kernel package with this installation's harness (the "
+        "commit's other code is never imported); default: this installation's own kernel",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=SANDBOX_KINDS,
+        default="none",
+        help="run the kernel's worker in a bubblewrap sandbox (bwrap; auto: when available) or not "
+        "(none, the default for measuring your own checkout)",
+    )
+    p.add_argument("--scratch", type=Path, help="the sandbox's private read-write folder (default: a new tmp)")
+    p.add_argument("--triton-cache", type=Path, help="Triton's cache folder (the runner keeps one per commit)")
+    p.add_argument("--no-baselines", action="store_true", help="do not time eager / cuBLAS (no score)")
+    p.add_argument(
+        "--case-timeout",
+        type=_positive_float,
+        help=f"seconds per case (default {GPU_CASE_TIMEOUT_S:g} GPU, {CPU_CASE_TIMEOUT_S:g} interpreter)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--commit", help="commit measured (default: git rev-parse HEAD of --repo or the cwd)")
+    p.add_argument("--branch", help="branch (default: the current git branch)")
+    p.add_argument("--repo", help="repository (default: the git top-level directory of the cwd)")
+    p.set_defaults(func=run_measure)
+
+
+def resolve_cases(tokens: list[list[Case | str]] | None, mode: str, force: bool) -> list[Case]:
+    """The cases to run, in order, without repeats; ValueError for --cases all under the interpreter."""
+    if tokens is None:
+        return list(CASES if mode == "gpu" else SMOKE_CASES)
+    out: list[Case] = []
+    for item in (x for tok in tokens for x in tok):
+        if item == "all":
+            if mode != "gpu" and not force:
+                raise ValueError(
+                    "--cases all without a GPU runs the 16 full-size cases under Triton's "
+                    "interpreter (hours); use --cases smoke or B,S, or add --force"
+                )
+            out.extend(CASES)
+        elif item == "smoke":
+            out.extend(SMOKE_CASES)
+        else:
+            out.append(item)  # type: ignore[arg-type]
+    seen: set[Case] = set()
+    return [c for c in out if not (c in seen or seen.add(c))]
+
+
+# ------------------------------------------------------------------------------------------------ scores
+def case_score(status: str, median_us: float | None, t_sol: float | None, eager_us: float | None) -> float | None:
+    """sol_score against the same run's eager median; a case that did not pass scores 0 where T_SOL exists."""
+    if t_sol is None:
+        return None
+    if status != "pass":
+        return 0.0
+    return sol_score(median_us, t_sol, eager_us)
+
+
+def _complete_geomean(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return geomean([float(v) for v in values if v is not None])
+
+
+def suite_summary(cases: list[dict], primary: str) -> dict[str, Any]:
+    """Suite figures. Geometric means only over complete sets (every case has the figure); the kernel's only
+    when every case passed. The ratios are geomean(kernel) / geomean(baseline) over the same cases."""
+    n = len(cases)
+    n_pass = sum(c["status"] == "pass" for c in cases)
+    if n and n_pass == n:
+        status = "pass"
+    elif any(c["status"] in ("error", "timeout") for c in cases):
+        status = "error"
+    else:
+        status = "incorrect"
+    all_pass = n > 0 and n_pass == n
+    g_kernel = _complete_geomean([c["median_us"] for c in cases]) if all_pass else None
+    g_eager = _complete_geomean([c["eager_us"] for c in cases])
+    g_cublas = _complete_geomean([c["cublas_us"] for c in cases])
+    scores = [c["score"] for c in cases]
+    by_protocol: dict[str, dict[str, float | None]] = {}
+    for h in dict.fromkeys(t["protocol"] for c in cases for t in c["timings"]):
+        by_protocol[h] = {
+            impl: (_complete_geomean([_median(c, impl, h) for c in cases]) if impl != "kernel" or all_pass else None)
+            for impl in ("kernel", "eager", "cublas")
+        }
+    return {
+        "n_cases": n,
+        "n_pass": n_pass,
+        "status": status,
+        "geomean_us": g_kernel,
+        "geomean_eager_us": g_eager,
+        "geomean_cublas_us": g_cublas,
+        "score": statistics.fmean(scores) if scores and all(s is not None for s in scores) else None,
+        "ratio_vs_cublas": g_kernel / g_cublas if g_kernel and g_cublas else None,
+        "ratio_vs_eager": g_kernel / g_eager if g_kernel and g_eager else None,
+        "geomean_t_sol_us": _complete_geomean([c["t_sol_us"] for c in cases]),
+        "geomeans_by_protocol": by_protocol,
+        "primary_protocol": primary,
+    }
+
+
+def _median(case: dict, impl: str, protocol: str) -> float | None:
+    for t in case["timings"]:
+        if t["impl"] == impl and t["protocol"] == protocol:
+            return t["median_us"]
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ the worker
+class CaseProcessDied(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Where the worker runs: the commit's tree it measures (None: this installation's own kernel), the sandbox
+    (``ci.harness.sandbox``: bwrap or none) and the scratch folder the sandbox gives it."""
+
+    candidate: Path | None = None
+    sandbox: str = "none"
+    scratch: Path | None = None
+    triton_cache: Path | None = None  # Triton's cache, kept across the runs of one commit
+
+
+class CaseProcessHandle:
+    """One ``ci.harness.case_process`` subprocess: JSON lines on stdin/stdout, stderr to a temporary file."""
+
+    def __init__(self, mode: str, isolation: Isolation | None = None) -> None:
+
+        iso = isolation or Isolation()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if mode == "cpu-interpreter":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        if iso.sandbox == "bwrap":
+            scratch = iso.scratch or Path(tempfile.mkdtemp(prefix="solci-scratch-"))
+            inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None)
+            cmd, env = sandbox.wrap(
+                inner,
+                candidate=iso.candidate,
+                scratch=scratch,
+                env=env,
+                gpu=None if mode != "cpu-interpreter" else False,
+                triton_cache=iso.triton_cache,
+            )
+        else:
+            cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None)
+            if iso.triton_cache is not None:
+                env["TRITON_CACHE_DIR"] = str(iso.triton_cache)
+        self.err = tempfile.TemporaryFile(mode="w+b")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            env=env,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, msg: dict) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise CaseProcessDied(f"worker stdin closed: {exc}") from None
+
+    def recv(self, deadline: float) -> dict:
+        """The next message; TimeoutError past the deadline, CaseProcessDied at end of output."""
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError from None
+            if line is None:
+                raise CaseProcessDied(self.describe_exit())
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not a message
+
+    def describe_exit(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            try:
+                what = f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                what = f"killed by signal {-rc}"
+        else:
+            what = f"exit code {rc}"
+        return f"worker died ({what})"
+
+    def stderr_tail(self, n: int = 3000) -> str:
+        try:
+            self.err.flush()
+            size = self.err.seek(0, os.SEEK_END)
+            self.err.seek(max(0, size - n))
+            return self.err.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and any compiler it started
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"type": "exit"})
+                self.proc.wait(timeout=30)
+            except (CaseProcessDied, subprocess.TimeoutExpired):
+                self.kill()
+        self.err.close()
+
+
+class CaseProcessPool:
+    """Keeps one worker alive across cases; replaces it after a crash, a timeout or a fatal error."""
+
+    def __init__(self, mode: str, isolation: Isolation | None = None) -> None:
+        self.mode = mode
+        self.isolation = isolation or Isolation()
+        self.worker: CaseProcessHandle | None = None
+        self.hello: dict | None = None
+        self.starts = 0
+
+    def start(self) -> dict:
+        """Start a worker and wait for its hello; RuntimeError with the reason when it does not come up."""
+        self.stop()
+        w = CaseProcessHandle(self.mode, self.isolation)
+        self.starts += 1
+        try:
+            msg = w.recv(time.monotonic() + WORKER_START_TIMEOUT_S)
+        except TimeoutError:
+            w.kill()
+            tail = w.stderr_tail()
+            w.close()
+            raise RuntimeError(f"worker did not start within {WORKER_START_TIMEOUT_S:g} s\n{tail}") from None
+        except CaseProcessDied as exc:
+            tail = w.stderr_tail()
+            w.close()
+            raise RuntimeError(f"{exc} while starting\n{tail}") from None
+        if msg.get("type") != "hello" or msg.get("error"):
+            w.kill()
+            w.close()
+            raise RuntimeError(f"worker failed to start: {msg.get('error') or msg}")
+        if msg.get("harness") != harness_version():
+            w.kill()
+            w.close()
+            raise RuntimeError(f"the worker runs harness {msg.get('harness')!r}, not this one ({harness_version()})")
+        self.worker, self.hello = w, msg
+        if self.mode == "auto":
+            self.mode = msg["mode"]  # later workers start in the mode the first one found
+        return msg
+
+    def stop(self, kill: bool = False) -> None:
+        if self.worker is not None:
+            if kill:
+                self.worker.kill()
+            self.worker.close()
+            self.worker = None
+
+    def run_case(self, request: dict, timeout_s: float) -> tuple[dict, str | None]:
+        """Run one case; returns (the worker's result fields, None) or (an error/timeout stub, its status)."""
+        if self.worker is None or self.worker.proc.poll() is not None:
+            try:
+                self.start()
+            except RuntimeError as exc:
+                return _stub("error", str(exc)), "error"
+        w = self.worker
+        assert w is not None
+        phase = "sending the case"
+        deadline = time.monotonic() + timeout_s
+        try:
+            w.send(request)
+            while True:
+                msg = w.recv(deadline)
+                if msg.get("type") == "phase":
+                    phase = msg.get("phase", phase)
+                elif msg.get("type") == "result":
+                    result = msg.get("result") if isinstance(msg.get("result"), dict) else _stub("error", "bad result")
+                    if msg.get("fatal"):  # the worker exits by itself; a fresh one takes the next case
+                        tail = w.stderr_tail()
+                        if result.get("error") and tail:
+                            result["error"] = f"{result['error']}\nworker stderr tail:\n{_tail(tail)}"
+                        self.stop()
+                    return result, None
+        except TimeoutError:
+            w.kill()
+            tail = w.stderr_tail()
+            self.worker = None
+            w.close()
+            return _stub("timeout", f"timed out after {timeout_s:g} s during {phase}\n{_tail(tail)}"), "timeout"
+        except CaseProcessDied as exc:
+            tail = w.stderr_tail()
+            self.worker = None
+            w.close()
+            return _stub("error", f"{exc} during {phase}\nstderr tail:\n{_tail(tail)}"), "error"
+
+
+def _tail(text: str, n: int = 2000) -> str:
+    return text[-n:]
+
+
+def _stub(status: str, error: str) -> dict:
+    return {
+        "status": status,
+        "error": error,
+        "correctness": None,
+        "timings": [],
+        "config": None,
+        "telemetry": None,
+        "warnings": [],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ git, time
+def _git(args: list[str], cwd: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def git_info(cwd: str) -> tuple[str | None, str | None, str | None]:
+    """(commit, branch, repo top-level) of the repository at cwd; None where unknown."""
+    top = _git(["rev-parse", "--show-toplevel"], cwd)
+    if top is None:
+        return None, None, None
+    commit = _git(["rev-parse", "--verify", "-q", "HEAD"], cwd)
+    branch = _git(["symbolic-ref", "--short", "-q", "HEAD"], cwd)
+    return commit, branch, top
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------ the run
+def assemble_case(
+    case: Case, fields: dict, protocols: list[Protocol], gpu_model: str | None, mode: str, wall_s: float
+) -> dict:
+    """A ``cases[]`` object from the worker's fields plus the figures derived here."""
+    primary = protocols[0].hash
+    rec: dict[str, Any] = {
+        "case": case.name,
+        "batch_size": case.batch_size,
+        "seq_len": case.seq_len,
+        "m": case.m,
+        "status": fields["status"],
+        "error": fields.get("error"),
+    }
+    rec["correctness"] = fields.get("correctness")
+    rec["timings"] = []
+    known = {p.hash: p for p in protocols}
+    for t in fields.get("timings", []):  # the worker's figures are raw samples; every statistic is made here
+        xs = t.get("samples_us")
+        proto = known.get(t.get("protocol"))
+        ok = (
+            isinstance(xs, list)
+            and proto is not None
+            and len(xs) == proto.iters
+            and t.get("impl") in IMPLS
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in xs)
+        )
+        if not ok:
+            rec["status"], rec["error"] = "error", f"the worker sent an invalid timing for {t.get('impl')!r}"
+            rec["timings"] = []
+            break
+        extra = {k: v for k, v in t.items() if k in ("host_enqueue_us", "activities_per_iter", "activity_names")}
+        rec["timings"].append(
+            {
+                "impl": t["impl"],
+                "protocol": proto.hash,
+                "samples_us": [float(x) for x in xs],
+                **timing_stats(xs),
+                **extra,
+            }
+        )
+    rec["median_us"] = _median(rec, "kernel", primary) if rec["status"] == "pass" else None
+    rec["eager_us"] = _median(rec, "eager", primary)
+    rec["cublas_us"] = _median(rec, "cublas", primary)
+    rec["t_sol_us"] = t_sol_us(case.m, gpu_model) if mode == "gpu" else None
+    rec["score"] = case_score(rec["status"], rec["median_us"], rec["t_sol_us"], rec["eager_us"])
+    rec["config"] = fields.get("config")
+    rec["telemetry"] = fields.get("telemetry")
+    rec["wall_s"] = round(wall_s, 3)
+    if fields.get("warnings"):
+        rec["warnings"] = fields["warnings"]
+    return rec
+
+
+def _fmt(v: float | None, unit: str = " us") -> str:
+    return "-" if v is None else f"{v:.1f}{unit}"
+
+
+def case_line(rec: dict, protocols: list[Protocol]) -> str:
+    parts = [
+        f"{rec['case']:>11}",
+        f"{rec['status']:<9}",
+        f"kernel {_fmt(rec['median_us'])}",
+        f"eager {_fmt(rec['eager_us'])}",
+        f"cublas {_fmt(rec['cublas_us'])}",
+    ]
+    for p in protocols[1:]:
+        parts.append(f"{p.timer} {_fmt(_median(rec, 'kernel', p.hash))}")
+    if rec["score"] is not None:
+        parts.append(f"score {rec['score']:.3f}")
+    parts.append(f"({rec['wall_s']:.1f} s)")
+    line = "  ".join(parts)
+    if rec["status"] != "pass" and rec.get("error"):
+        line += "\n" + " " * 13 + rec["error"].strip().splitlines()[0][:300]
+    return line
+
+
+def run_measure(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    started, t0 = _now(), time.monotonic()
+    if args.mode != "auto":  # usage errors before a worker starts, where the mode is known
+        try:
+            resolve_cases(args.cases, args.mode, args.force)
+        except ValueError as exc:
+            print(f"solci measure: {exc}", file=sys.stderr)
+            return 2
+
+    try:
+        kind = sandbox.resolve(args.sandbox)
+    except (sandbox.SandboxUnavailable, ValueError) as exc:
+        print(f"solci measure: {exc}", file=sys.stderr)
+        return 2
+    if args.candidate is not None and not (args.candidate / "kernel").is_dir():
+        print(f"solci measure: --candidate {args.candidate}: no kernel/ package in that tree", file=sys.stderr)
+        return 1
+    pool = CaseProcessPool(args.mode, Isolation(args.candidate, kind, args.scratch, args.triton_cache))
+    try:
+        hello = pool.start()
+    except RuntimeError as exc:
+        print(f"solci measure: {exc}", file=sys.stderr)
+        return 2 if args.mode == "gpu" else 1
+    try:
+        mode = hello["mode"]
+        try:
+            cases = resolve_cases(args.cases, mode, args.force)
+        except ValueError as exc:
+            print(f"solci measure: {exc}", file=sys.stderr)
+            pool.stop()
+            return 2
+        cupti = hello.get("cupti", False) and not args.no_cupti
+        if args.timer == "cupti" and not cupti:
+            print(
+                "solci measure: --timer cupti: the CUPTI timer does not work here (CUDA events used)", file=sys.stderr
+            )
+        protocols = make_protocols(
+            mode, rounds=args.rounds, warmup=args.warmup, iters=args.iters, cupti=cupti, primary=args.timer or "cupti"
+        )
+        hardware = hello["hardware"]
+        timeout = args.case_timeout or (GPU_CASE_TIMEOUT_S if mode == "gpu" else CPU_CASE_TIMEOUT_S)
+        records: list[dict] = []
+        bar = tqdm(total=len(cases), desc="measure", unit="case", file=sys.stderr, disable=None)
+        print(
+            f"solci measure: {len(cases)} cases on {hardware['label']} ({mode}), impl {args.impl}, "
+            f"protocol {protocols[0].name} [{protocols[0].hash}]",
+            file=sys.stderr,
+        )
+        for case in cases:
+            bar.set_postfix_str(case.name)
+            request = {
+                "type": "case",
+                "batch_size": case.batch_size,
+                "seq_len": case.seq_len,
+                "impl": args.impl,
+                "protocols": [p.definition() for p in protocols],
+                "seed": args.seed,
+                "baselines": not args.no_baselines,
+            }
+            tc = time.monotonic()
+            fields, _ = pool.run_case(request, timeout)
+            rec = assemble_case(case, fields, protocols, hardware.get("gpu_model"), mode, time.monotonic() - tc)
+            records.append(rec)
+            tqdm.write(case_line(rec, protocols), file=sys.stderr)
+            bar.update(1)
+        bar.close()
+    except BaseException:  # interrupted: do not wait for a busy worker
+        pool.stop(kill=True)
+        raise
+    pool.stop()
+
+    commit, branch, repo = git_info(args.repo if args.repo and os.path.isdir(args.repo) else os.getcwd())
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": uuid.uuid4().hex,
+        "commit": args.commit or commit,
+        "branch": args.branch or branch,
+        "repo": args.repo or repo,
+        "started_at": started,
+        "finished_at": _now(),
+        "wall_s": round(time.monotonic() - t0, 3),
+        "mode": mode,
+        "hardware": hardware,
+        "protocol": protocols[0].hash,
+        "protocols": [p.entry(hello.get("l2_bytes")) for p in protocols],
+        "cases": records,
+        "suite": suite_summary(records, protocols[0].hash),
+        "impl": args.impl,
+        "worker_starts": pool.starts,
+        "harness": harness_version(),
+        "candidate": args.candidate is not None,
+        "sandbox": kind,
+    }
+    doc["hardware"]["hostname"] = socket.gethostname()  # the sandbox's own name is not the host's
+    validate(doc)
+    text = json.dumps(doc, indent=1, allow_nan=False)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    s = doc["suite"]
+    score = "-" if s["score"] is None else f"{s['score']:.3f}"
+    print(
+        f"solci measure: {s['n_pass']}/{s['n_cases']} pass; geomean {_fmt(s['geomean_us'])} "
+        f"(eager {_fmt(s['geomean_eager_us'])}, cublas {_fmt(s['geomean_cublas_us'])}); "
+        f"score {score}; {doc['wall_s']:.1f} s" + (f"; written to {args.out}" if args.out else ""),
+        file=sys.stderr,
+    )
+    return 0 if s["status"] == "pass" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``solci measure`` on its own (``python -m ci.harness.measure ...``): what the executors run, so a harness holds
+    only what measuring needs (ci, kernel, storage), not the dashboard or the other commands."""
+    parser = argparse.ArgumentParser(prog="solci")
+    register(parser.add_subparsers(dest="command", required=True))
+    return dispatch(parser.parse_args(["measure", *(sys.argv[1:] if argv is None else argv)]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The local executor: the commit's tree measured by this installation's harness, its kernel in a sandbox.
+
+For each commit: ``git archive`` of the commit is unpacked into a fresh work folder (a plain tree: no ``.git``,
+nothing that points back at the source repository); then this installation's own ``solci measure`` (the
+trusted harness: its timers, reference, correctness rule and statistics, never the commit's ``ci/``) runs as a
+subprocess in the work folder with ``--candidate <tree>``, and starts its case workers inside a bubblewrap
+sandbox (``ci.harness.sandbox``: the tree read-only, a private scratch folder, the GPU's device nodes, nothing else:
+no history file, no source ``.git``, no home, no network). ``sandbox="none"`` (``--trusted``) measures
+without the sandbox and says so in the log. The measurement gets its own process group (killed whole on
+timeout) and dies with the runner (``PR_SET_PDEATHSIG``). Each run works in ``<work_root>/<gpu>-XXXX/``
+(``tree/``, ``scratch/``, ``result.json``, ``log.txt``, ``pid``), removed afterwards; ``cleanup_stale`` removes
+what a killed runner left there.
+
+The result document the measurement writes is parsed here and handed back as it is: storage validates it
+before believing any figure (``storage.result.validate``; a document that fails is a rejected run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ci.harness import sandbox as sb
+from ci.harness.sandbox import boot_code
+from ci.service.executors.base import (
+    Execution,
+    MeasureOptions,
+    Progress,
+    clip_log,
+    finish_measurement,
+    gpu_index,
+    measure_command,
+)
+from ci.service.gitutil import GitError, archive
+
+_PR_SET_PDEATHSIG = 1
+
+
+def default_work_root() -> Path:
+    return Path(os.environ.get("SOLCI_WORK") or Path(tempfile.gettempdir()) / f"solci-work-{os.getuid()}")
+
+
+def _resolve_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up once in the runner (never between fork and exec); None where there is none."""
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _resolve_prctl()
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of the measurement: it runs in the child between fork and exec while the runner has
+    other threads (the lease's heartbeat), so it only calls the ``prctl`` resolved at import: no library loading,
+    no lock a parent's thread may hold."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def export_tree(source: Path, commit: str, dest: Path) -> None:
+    """The commit's tracked files (``git archive``) unpacked into ``dest``; GitError when git cannot."""
+    data = archive(source, commit)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        tf.extractall(dest, filter="data")  # no links out of the tree, no device files, no set-uid bits
+
+
+def harness_command(args: list[str]) -> list[str]:
+    """This installation's ``solci measure`` (the trusted harness) run isolated: ``python -I`` (no PYTHON* variables,
+    no user site, not the working directory on ``sys.path``) with only the harness's folder on ``sys.path``."""
+
+    return [sys.executable, "-I", "-c", boot_code("ci.harness.measure"), *args]
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        gpu: str = "gpu0",
+        python: str | None = None,
+        work_root: str | Path | None = None,
+        sandbox: str = "auto",
+    ) -> None:
+
+        self.gpu = gpu
+        self.python = python or sys.executable
+        self.work_root = Path(work_root) if work_root else default_work_root()
+        self.sandbox = sb.resolve(sandbox)  # SandboxUnavailable for auto/bwrap without a working bwrap
+
+    @classmethod
+    def from_options(cls, *, gpu: str = "gpu0", **options: object) -> LocalExecutor:
+        keys = ("python", "work_root", "sandbox")
+        return cls(gpu=gpu, **{k: v for k, v in options.items() if k in keys and v is not None})  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return f"local ({'sandbox ' + self.sandbox if self.sandbox != 'none' else 'TRUSTED: no sandbox'})"
+
+    KEEP_CACHES = 32
+
+    def triton_cache(self, commit: str) -> Path:
+        """Triton's cache for one commit's runs (its confirmation re-runs compile nothing); the oldest of more
+        than KEEP_CACHES are removed."""
+        root = self.work_root / "triton-cache"
+        path = root / commit[:20]
+        if root.is_dir():
+            others = sorted((p for p in root.iterdir() if p != path), key=lambda p: p.stat().st_mtime)
+            for old in others[: max(0, len(others) - self.KEEP_CACHES + 1)]:
+                shutil.rmtree(old, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        os.utime(path)
+        return path
+
+    # ------------------------------------------------------------------------------------------ running
+    def _env(self, options: MeasureOptions) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SOLCI_DB", "GIT_"))}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        idx = gpu_index(self.gpu)
+        if idx is not None and "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = idx
+        env.update(options.env)
+        return env
+
+    def execute(
+        self, source: Path, commit: str, *, branch: str | None, repo: str, options: MeasureOptions
+    ) -> Execution:
+        start = time.monotonic()
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=f"{self.gpu}-", dir=self.work_root))
+        tree, out, log_path = workdir / "tree", workdir / "result.json", workdir / "log.txt"
+        lines = [f"[solci] local executor: commit {commit} of {repo}"]
+        if self.sandbox == "none":
+            lines.append("[solci] TRUSTED mode (--trusted): the commit's kernel runs without a sandbox")
+        try:
+            try:
+                export_tree(Path(source), commit, tree)
+            except (GitError, tarfile.TarError, OSError) as exc:
+                lines.append(f"[solci] could not export the commit: {exc}")
+                return Execution("build_failed", None, "\n".join(lines), time.monotonic() - start, executor=self.name)
+            args = measure_command(str(out), commit, branch, repo, options)
+            args += [
+                "--candidate",
+                str(tree),
+                "--sandbox",
+                self.sandbox,
+                "--scratch",
+                str(workdir / "scratch"),
+                "--triton-cache",
+                str(self.triton_cache(commit)),
+            ]
+            cmd = harness_command(args)
+            lines.append(
+                f"[solci] $ solci measure {' '.join(args)}  (this installation's harness; "
+                f"timeout {options.timeout:.0f} s)"
+            )
+            status, code, output = self._run(cmd, workdir, log_path, workdir, options)
+            lines.append(output.rstrip())
+            result = out.read_bytes() if status == "ok" and out.exists() else None
+            status, doc = finish_measurement(status, code, result, lines, options.timeout)
+            return Execution(status, doc, clip_log("\n".join(lines)), time.monotonic() - start, code, self.name)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run(
+        self, cmd: list[str], cwd: Path, log_path: Path, workdir: Path, options: MeasureOptions
+    ) -> tuple[str, int | None, str]:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=self._env(options),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            (workdir / "pid").write_text(str(proc.pid))
+            follow = Progress(options.progress) if options.progress else None
+            deadline = time.monotonic() + options.timeout
+            try:
+                with open(log_path, "rb") as tail:
+                    while True:
+                        left = deadline - time.monotonic()
+                        try:
+                            code = proc.wait(timeout=max(0.0, min(left, 1.0) if follow else left))
+                            status = "ok"
+                            break
+                        except subprocess.TimeoutExpired:
+                            if time.monotonic() >= deadline:
+                                _kill_group(proc.pid)
+                                code = proc.wait()
+                                status = "timed_out"
+                                break
+                        finally:
+                            if follow:
+                                follow.feed(tail.read())
+            finally:
+                _kill_group(proc.pid)  # whatever it left running in its group
+        return status, code, log_path.read_text(errors="replace")
+
+    # ------------------------------------------------------------------------------------------ recovery
+    def cleanup_stale(self) -> list[str]:
+        """Kill the measurement a killed runner of this GPU slot left, and remove its work folders."""
+        removed: list[str] = []
+        if not self.work_root.is_dir():
+            return removed
+        for workdir in sorted(self.work_root.glob(f"{self.gpu}-*")):
+            pid_file = workdir / "pid"
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                if str(workdir) in cmdline:  # still ours: the --out path names this folder
+                    _kill_group(pid)
+            shutil.rmtree(workdir, ignore_errors=True)
+            removed.append(str(workdir))
+        return removed

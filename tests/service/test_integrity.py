@@ -1,0 +1,338 @@
+"""Issue 9: the measured commit cannot touch the measurement, the history or the machine.
+
+A hostile commit (tests/support/hostile.py) runs through each executor: the history stays byte-identical, no file
+outside its tree is written or deleted, no git hook appears, no connection reaches the host, and its attempt
+to forge the timing is caught (the run is broken, never a figure). The same commit run without the sandbox
+(``--trusted``) does reach the host: the fixture is real. Then the ingest, physics and SQL probes."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci.harness import sandbox
+from ci.harness.sandbox import probe
+from ci.service.executors.base import MeasureOptions
+from ci.service.executors.docker import DockerExecutor
+from ci.service.executors.local import LocalExecutor
+from ci.verdict.apply import judge_run
+from problem.workload import t_sol_us
+from storage import queries
+from storage.db import StorageError, open_database
+from storage.ingest import ingest_result, reject
+from storage.result import RejectedResult, SchemaError, parse, validate
+from tests.support import PROJECT
+from tests.support.factories import make_result
+from tests.support.hostile import Targets, hostile_commit, reports
+from tests.support.repo_factory import make_project_repo
+
+OPTIONS = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=2, timeout=300)
+NO_BWRAP = probe()
+
+
+class Listener:
+    """A TCP listener on the host's loopback that records every connection it gets."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.hits: list[bytes] = []
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    self.hits.append(conn.recv(64))
+                except OSError:
+                    self.hits.append(b"")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def scene(tmp_path: Path):
+    repo = make_project_repo(tmp_path / "repo")
+    db = open_database(tmp_path / "state" / "history.duckdb")
+    ingest_result(db, make_result(commit="before"))  # a history with a run in it
+    victim = tmp_path / "outside" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("keep me")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    listener = Listener()
+    t = Targets(
+        db.path,
+        repo.path / ".git" / "hooks" / "post-commit",
+        tmp_path / "outside" / "written.txt",
+        victim,
+        listener.port,
+        markers,
+    )
+    sha = hostile_commit(repo, t)
+    before = _sha(db.path)
+    yield repo, sha, t, before, listener
+    listener.close()
+
+
+def _untouched(t: Targets, before: str, listener: Listener) -> None:
+    assert _sha(t.history) == before, "the history file changed"
+    assert not t.outside.exists(), "a file outside the tree was written"
+    assert t.victim.read_text() == "keep me", "a file outside the tree was deleted"
+    assert not t.hook.exists(), "a git hook was planted in the source repository"
+    assert listener.hits == [], f"the host's loopback got a connection: {listener.hits}"
+    assert sorted(p.name for p in t.marker_dir.iterdir()) == [], "the commit's sitecustomize/.pth/ci ran"
+
+
+def _forgery_caught(doc: dict) -> None:
+    errors = [c["error"] or "" for c in doc["cases"]]
+    assert all(c["status"] == "error" for c in doc["cases"]), [c["status"] for c in doc["cases"]]
+    assert all("integrity" in e and "was replaced" in e for e in errors), errors[0][:500]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap: {NO_BWRAP}")
+def test_hostile_commit_in_the_local_sandbox_changes_nothing(scene, tmp_path: Path) -> None:
+    repo, sha, t, before, listener = scene
+    ex = LocalExecutor(gpu="gpuh", work_root=tmp_path / "work", sandbox="bwrap")
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    _untouched(t, before, listener)
+    _forgery_caught(res.doc)
+    attempts = reports("\n".join(c["error"] or "" for c in res.doc["cases"]))
+    assert attempts, "the hostile kernel's report is in the error text"
+    r = attempts[0]
+    assert r["write_history"].startswith("refused") and r["plant_hook"].startswith("refused")
+    assert r["network"].startswith("refused") and r["dns"].startswith("refused")
+    assert str(t.history) not in r["parent_cmdline"] and r["env_history"] == "done: None"
+    assert not list((tmp_path / "work").glob("gpuh-*")), "the work folder is removed"
+    # stored, it is a broken run of the commit and nothing else: no figure, no record
+
+    db = open_database(tmp_path / "judged.duckdb")
+    ingest_result(db, res.doc)
+    out = judge_run(db, res.doc["run_id"])
+    assert out.verdict == "rejected" and "tampered" in out.message
+    assert queries.records(db).query("kind == 'project'").empty
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_same_commit_unsandboxed_does_reach_the_host(scene, tmp_path: Path) -> None:
+    """Against the old behaviour (no sandbox): the fixture's attacks are real. The trusted harness still
+    ignores the planted sitecustomize/.pth/ci and still catches the forged timers."""
+    repo, sha, t, before, listener = scene
+    ex = LocalExecutor(gpu="gpuh", work_root=tmp_path / "work", sandbox="none")
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    assert t.hook.exists() and t.outside.exists() and not t.victim.exists()
+    assert _sha(t.history) != before
+    assert listener.hits
+    assert sorted(p.name for p in t.marker_dir.iterdir()) == []
+    _forgery_caught(res.doc)
+    assert "TRUSTED mode" in res.log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hostile_commit_in_the_docker_executor_changes_nothing(scene, tmp_path: Path) -> None:
+    why = DockerExecutor.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"docker executor: {why}")
+    repo, sha, t, before, listener = scene
+    ex = DockerExecutor(gpu="gpuh")
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    _untouched(t, before, listener)
+    _forgery_caught(res.doc)
+    r = reports("\n".join(c["error"] or "" for c in res.doc["cases"]))[0]
+    assert r["network"].startswith("refused") and r["write_history"].startswith("refused")
+    assert not ex.client.containers.list(all=True, filters={"label": "solci.gpu=gpuh"})
+
+
+# ------------------------------------------------------------------------------------------------ ingest
+def _bad(**change) -> dict:
+    doc = make_result(cases=["1,256", "4,128"])
+    for path, value in change.items():
+        obj = doc
+        keys = path.split("__")
+        for k in keys[:-1]:
+            obj = obj[int(k)] if isinstance(obj, list) else obj[k]
+        last = keys[-1]
+        if isinstance(obj, list):
+            obj[int(last)] = value
+        else:
+            obj[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"cases__0__timings__0__samples_us__0": float("nan")}, "NaN or infinite"),
+        ({"cases__0__timings__0__samples_us__0": float("inf")}, "NaN or infinite"),
+        ({"cases__0__timings__0__samples_us__0": -3.0}, "finite positive"),
+        ({"cases__0__timings__0__samples_us__0": 1e12}, "beyond any measurement"),
+        ({"cases__0__timings__0__median_us": 1e-9}, "not the median of its samples"),
+        ({"cases__0__median_us": 1e-9}, "not the kernel's median"),
+        ({"cases__0__status": "excellent"}, "must be one of"),
+        ({"cases__0__case": "__suite__"}, "is not the case"),
+        (
+            {"cases__1__case": "B1_S256", "cases__1__batch_size": 1, "cases__1__seq_len": 256, "cases__1__m": 256},
+            "appears twice",
+        ),
+        ({"cases__0__m": 999}, "is not 1 x 256"),
+        ({"suite__n_pass": 7}, "do not count the cases"),
+        ({"suite__geomean_us": 0.001}, "not the geometric mean"),
+        ({"run_id": "../../etc/passwd"}, "not a run id"),
+        ({"wall_s": float("nan")}, "NaN or infinite"),
+        ({"commit": "x" * 300_000}, "characters"),
+    ],
+)
+def test_ingest_refuses_figures_it_cannot_believe(tmp_path: Path, change: dict, match: str) -> None:
+    db = open_database(tmp_path / "h.duckdb")
+    with pytest.raises(SchemaError, match=match):
+        ingest_result(db, _bad(**change))
+    with db.read() as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+def test_sample_counts_must_match_the_protocol(tmp_path: Path) -> None:
+    doc = make_result(cases=["1,256"])
+    doc["cases"][0]["timings"][0]["samples_us"] = doc["cases"][0]["timings"][0]["samples_us"][:10]
+    with pytest.raises(RejectedResult, match="10 samples where the protocol times 50"):
+        validate(doc)
+
+
+def test_strict_json_and_size() -> None:
+    with pytest.raises(RejectedResult, match="NaN is not valid JSON"):
+        parse('{"a": NaN}')
+    with pytest.raises(SchemaError, match="expected a JSON object"):
+        parse("[1, 2]")
+
+
+def test_a_rejected_document_is_stored_with_its_reason_never_as_figures(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "h.duckdb")
+    doc = _bad(cases__0__timings__0__median_us=1e-9)
+    try:
+        ingest_result(db, doc, job_id=7)
+    except RejectedResult as exc:
+        reject(db, doc, str(exc), job_id=7)
+    with db.read() as conn:
+        rows = conn.execute("SELECT run_id, job_id, reason FROM rejected_runs").fetchall()
+        n_runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert n_runs == 0 and rows[0][1] == 7 and "not the median" in rows[0][2]
+
+
+def test_faster_than_the_speed_of_light_is_quarantined_never_a_record(tmp_path: Path) -> None:
+    """Issue 9: a 1e-9 us "pass" became the project record; a sitecustomize-halved run went below the H200's
+    speed of light for the suite."""
+    db = open_database(tmp_path / "h.duckdb")
+    ingest_result(db, make_result(run_id="honest", commit="c1"))
+    forged = make_result(run_id="forged", commit="c2", medians={"B1_S256": 0.5 * t_sol_us(256, "H200")})
+    ingest_result(db, forged)
+    assert "speed of light" in (queries.run_info(db, "forged")["quarantine"] or "")
+    out = judge_run(db, "forged")
+    assert out.verdict == "quarantined" and "B1_S256" in out.message
+    best = queries.records(db)
+    best = best[(best["kind"] == "project") & (best["case"] == "B1_S256")]
+    assert list(best["run_id"]) == ["honest"]
+    later = make_result(run_id="later", commit="c3")
+    ingest_result(db, later)
+    judge_run(db, "later", ancestry=["c3", "c2", "c1"])
+    assert queries.verdict(db, "later")["level_commits"] == 1, "a quarantined run is no baseline"
+
+
+def test_a_runner_checks_the_gpu_the_document_claims(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "h.duckdb")
+    with pytest.raises(RejectedResult, match="this runner measures on 'H200'"):
+        ingest_result(db, make_result(hardware_label="NVIDIA B200", gpu_model="B200"), expect_gpu_model="H200")
+
+
+# ------------------------------------------------------------------------------------------------ sql
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_text('/etc/shadow')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM glob('/*')",
+        "EXPLAIN ANALYZE COPY (SELECT 1) TO '{out}'",
+        "COPY (SELECT 1) TO '{out}'",
+        "SELECT * FROM 'https://example.com/a.parquet'",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "ATTACH '{out}' AS other",
+        "SET enable_external_access = true",
+        "CREATE TABLE x (a INT)",
+        "DELETE FROM runs",
+    ],
+)
+def test_sql_reads_the_history_and_nothing_else(tmp_path: Path, query: str) -> None:
+    db = open_database(tmp_path / "h.duckdb")
+    ingest_result(db, make_result())
+    out = tmp_path / "leak.csv"
+    with pytest.raises(StorageError, match=r"refused|read-only"):
+        queries.run_sql(db, query.format(out=out))
+    assert not out.exists()
+    assert len(queries.run_sql(db, "SELECT * FROM runs")) == 1
+
+
+def test_sql_cli_refusals_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "h.duckdb")
+    ingest_result(db, make_result())
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci.cli", "sql", "--db", str(db.path), "SELECT * FROM read_text('/etc/shadow')"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 2 and "refused" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_validate_accepts_what_the_harness_writes() -> None:
+    doc = make_result()
+    assert validate(doc) is doc
+    assert math.isfinite(doc["suite"]["geomean_us"])
+
+
+def test_the_sandbox_binds_the_compiler_but_never_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton builds its driver module with $CC (on the H200: /opt/gcc/bin/gcc): its prefix is bound read-only;
+    a PATH folder inside a repository's checkout (its history, its .git) is not."""
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    cc = prefix / "bin" / "gcc"
+    cc.write_text("#!/bin/sh\n")
+    cc.chmod(0o755)
+    repo = make_project_repo(tmp_path / "repo")
+    (repo.path / "tools").mkdir()
+    env = {"CC": str(cc), "PATH": f"{repo.path / 'tools'}:/usr/bin:/bin"}
+    dirs = sandbox.tool_dirs(env)
+    assert prefix.resolve() in dirs and not any(str(d).startswith(str(repo.path)) for d in dirs)
+    if sandbox.bwrap_path():
+        cmd, _ = sandbox.wrap(["true"], candidate=None, scratch=tmp_path / "s", env=env)
+        binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
+        assert str(prefix.resolve()) in binds
+        assert not any(b.startswith(str(repo.path)) for b in binds)
