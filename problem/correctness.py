@@ -113,7 +113,8 @@ def check_rounds(
     fn: Callable, b: int, s: int, device: torch.device, rounds: int = CORRECTNESS_ROUNDS, seed: int = 0
 ) -> Correctness:
     """The correctness loop (the harness's, the bench's and the tests'): ``rounds`` of fresh inputs, NaN-poisoned
-    outputs passed as ``out=`` (they must be written in place), the inputs compared bit for bit afterwards, the
+    outputs passed as ``out=`` (they must be written in place), the inputs compared bit for bit afterwards with
+    host copies taken before the call, the reference computed from those copies after the call has finished, the
     benchmark's tolerance on both outputs. Stops at the first failing round; figures are the worst over the
     rounds run."""
     m = b * s
@@ -125,12 +126,14 @@ def check_rounds(
         run = r + 1
         gen = torch.Generator(device=device).manual_seed(seed + r)
         inputs = make_inputs(b, s, device, generator=gen)
-        pristine = [t.clone() for t in inputs]
+        # Host copies: GPU code running in the call cannot reach them; the reference is computed from them only
+        # once the call's work has finished.
+        pristine = [t.to("cpu", copy=True) for t in inputs]
         ga, gw = poisoned_outputs(b, s, device)
         ret = fn(*inputs, out=(ga, gw))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        refs = attn_output_proj_backward_ref(*pristine)
+        refs = attn_output_proj_backward_ref(*(t.to(device) for t in pristine))
         problems: list[str] = []
         if not (isinstance(ret, (tuple, list)) and len(ret) == 2 and all(isinstance(t, torch.Tensor) for t in ret)):
             problems.append(f"returned {type(ret).__name__}, not a pair of tensors")
@@ -162,7 +165,7 @@ def check_rounds(
             if not chk.ok:
                 problems.append(describe(name, chk, tuple(ref.shape), ref.dtype))
         for name, now, before in zip(INPUT_NAMES, inputs, pristine, strict=True):
-            if not bitwise_equal(now, before):
+            if not bitwise_equal(now.to("cpu"), before):
                 inputs_unchanged = False
                 problems.append(f"input {name} was modified")
         if problems:

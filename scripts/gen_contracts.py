@@ -47,7 +47,15 @@ MODULES = (
     ),
     (
         "ci.harness (the code that measures)",
-        ("ci.harness.timing", "ci.harness.sandbox", "ci.harness.case_process", "ci.harness.measure"),
+        (
+            "ci.harness.plan",
+            "ci.harness.record",
+            "ci.harness.replay",
+            "ci.harness.timing",
+            "ci.harness.sandbox",
+            "ci.harness.case_process",
+            "ci.harness.measure",
+        ),
     ),
     ("ci.verdict", ("ci.verdict.rules", "ci.verdict.confirm", "ci.verdict.apply")),
     ("dashboard", ("dashboard.data",)),

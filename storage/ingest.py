@@ -85,7 +85,8 @@ def ingest_result(
     The document is believed only after ``storage.result.validate`` (SchemaError / RejectedResult otherwise:
     store it with ``reject``); with ``expect_gpu_model`` (the runner's own GPU) it must say it ran there, with
     ``expect_commit`` (the commit the runner measured) that it is that commit's. A run_id already stored is
-    believed a re-delivery only when that run is of the same commit and, with ``job_id``, of no other job. A run
+    believed a re-delivery only when that run is of the same commit and, with ``job_id``, of no other job. A
+    document measured in the kernel's own process (``measured_by`` "direct") is refused. A run
     faster than its hardware's speed of light is stored quarantined (``runs.quarantine``): never a record,
     never a baseline. Updates the project's best-known records (passing, unquarantined GPU runs measured for
     their own sake only) and logs "record broken" events, links the run to ``job_id`` (a ``measure`` run
@@ -95,6 +96,11 @@ def ingest_result(
     if purpose not in RUN_PURPOSES:
         raise ValueError(f"ingest: purpose must be one of {RUN_PURPOSES}, got {purpose!r}")
     validate(doc)
+    if doc.get("measured_by") == "direct":
+        raise RejectedResult(
+            "result.measured_by: 'direct' (the kernel was called in the measuring process, solci measure "
+            "--direct): a developer's own figures, never stored as a CI result"
+        )
     if expect_gpu_model is not None and doc["hardware"].get("gpu_model") != expect_gpu_model:
         raise RejectedResult(
             f"result.hardware.gpu_model: {doc['hardware'].get('gpu_model')!r}, but this runner measures on "

@@ -52,7 +52,9 @@ Optional keys ``solci measure`` adds (readers must not require them)::
 
     top level:      "impl": str (the --impl measured), "worker_starts": int, "harness": str (the harness
                     version, ci.harness.timing.harness_version), "candidate": bool (a commit's tree was measured),
-                    "sandbox": "bwrap" | "none"
+                    "sandbox": "bwrap" | "none", "measured_by": "replay" | "interpreter" | "direct" (how the
+                    figures were made: the recorded launches replayed by a harness process, the interpreter's
+                    outputs judged by one, or the kernel called in the measuring process; docs/replay.md)
     hardware:       "compute_capability": str, "l2_bytes": int, "max_sm_clock_mhz": int | None
     protocols[]:    "rounds": int, "zero_outputs": bool, "host_ahead": bool, "flush_l2_multiple": int,
                     "version": int, "harness": str   # every field of the definition is hashed except flush_bytes
@@ -79,6 +81,10 @@ SCHEMA_VERSION = 1
 STATUSES = ("pass", "incorrect", "error", "timeout")
 IMPLS = ("kernel", "eager", "cublas")
 MODES = ("gpu", "cpu-interpreter")
+MEASURED_BY = ("replay", "interpreter", "direct")
+# A case's error starts with this when the harness could not record or replay its kernel's launches
+# (ci.harness.plan); a verdict then rejects the run, as for an error that starts with "integrity:".
+UNREPLAYABLE = "unreplayable:"
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:
@@ -233,6 +239,8 @@ def check(doc: dict) -> dict:
     """The rules a structurally valid document must also follow before storage believes its figures; raises
     RejectedResult naming the first rule broken."""
     _texts(doc, "result")
+    if doc.get("measured_by", "replay") not in MEASURED_BY:
+        raise RejectedResult(f"result.measured_by: {str(doc.get('measured_by'))[:40]!r} is not one of {MEASURED_BY}")
     if not _RUN_ID.match(doc["run_id"]):
         raise RejectedResult(f"result.run_id: {doc['run_id'][:80]!r} is not a run id ([A-Za-z0-9_.-], 1-64)")
     _finite_nonneg(doc["wall_s"], "result.wall_s")

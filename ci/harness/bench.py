@@ -6,6 +6,8 @@ with geometric means. Timing: the protocols of ``solci measure`` (ci.harness.tim
 fresh input copies and zeroed outputs per iteration, a cold L2, warm-up then the median of the timed runs, under
 both the CUPTI span (the benchmark's own rule) and CUDA events (with the host let run ahead).
 ``--sweep`` times candidate configurations per M bucket and prints the fastest (used to fill kernel/configs.py).
+The kernel is called in this process (as ``solci measure --direct``): a developer's own figures, printed, never
+stored as a CI result (docs/replay.md).
 """
 
 from __future__ import annotations

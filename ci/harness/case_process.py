@@ -1,32 +1,44 @@
-"""The case process: ``python -I -m ci.harness.case_process --mode auto|gpu|cpu-interpreter [--candidate DIR]``.
+"""The case process: ``python -I -m ci.harness.case_process --mode auto|gpu|cpu-interpreter --role ROLE``.
 
-One process runs cases one at a time, so CUDA initialisation and kernel compiles are paid once. It is the
-only process that runs the commit's code, and the only code of the commit it runs is its kernel: with
-``--candidate DIR`` (the commit's tree, read-only, inside the sandbox) the harness first imports everything
-it measures with (its timers, the float32 reference, the correctness rule, the workload) from the runner's
-installation, then puts the commit's own ``kernel`` package in place of the harness's under the same name, so
-the kernel's own absolute imports work while the harness keeps its references. Nothing else of the commit is
-imported: not its ``ci/`` or ``storage/``, not a ``sitecustomize`` or ``.pth`` in its tree (the commit's tree
-is not on ``sys.path``, and ``python -I`` ignores ``PYTHON*`` variables).
+One process runs cases one at a time, so CUDA initialisation and kernel compiles are paid once. Its role says
+what it does (docs/replay.md):
 
-After importing the kernel, after its correctness rounds and after its timed loop, the harness checks that the
-functions and constants it relies on are still the ones it imported (``Integrity``), that the kernel started
-no Python thread and left the default stream current, and, after timing, that the outputs of timed iterations
-drawn at random once the loop has run match the reference of that iteration's own inputs (every iteration gets
-new input values, so reusing an earlier call's results fails). A failed integrity check makes the case an
-error and ends the worker; a failed output check makes it incorrect.
+- ``record`` (with ``--candidate DIR``, the commit's tree, read-only, inside the sandbox; or this installation's
+  own kernel): the only process that runs the commit's code, and it only records. On a GPU it writes the plan of
+  one steady call per case (``ci.harness.record``); under the CPU interpreter it runs the correctness rounds on
+  inputs drawn from the case's seed and writes the outputs as raw bytes, and times the kernel (a functional
+  figure only). Nothing it says is believed: the parent reads only its files, and a judge decides.
+- ``judge``: the harness's own process; it never imports any kernel. It loads and validates the plan and replays
+  it (``ci.harness.replay``) through the correctness rounds and the timed loops, or, under the interpreter,
+  compares the recorded outputs with its own float32 reference; and it times the baselines.
+- ``direct``: the kernel called in this process, correctness and timing too (a developer's own measurement,
+  ``solci measure --direct``; its documents are never stored as CI results).
+
+A process that imports the commit's kernel first imports everything it measures with (its timers, the float32
+reference, the correctness rule, the workload) from the runner's installation, then puts the commit's own
+``kernel`` package in place of the harness's under the same name, so the kernel's own absolute imports work
+while the harness keeps its references. Nothing else of the commit is imported: not its ``ci/`` or ``storage/``,
+not a ``sitecustomize`` or ``.pth`` in its tree (the commit's tree is not on ``sys.path``, and ``python -I``
+ignores ``PYTHON*`` variables). The in-process integrity checks (``Integrity``: the functions and constants the
+harness relies on are still the ones it imported, no Python thread was started, the default stream is current)
+stay as a second wall there; a failed one makes the case an error whose message starts with ``integrity:``.
 
 It talks JSON lines: stdout is reserved for messages (fd 1 is pointed at stderr before anything is imported,
-so prints from kernels cannot corrupt it); the parent (``ci.harness.measure``) reads them with a deadline, computes
-every statistic from the raw samples itself and, when the worker dies or hangs, records the case and starts a
-fresh worker.
+so prints from kernels cannot corrupt it); the parent (``ci.harness.measure``) reads them with a deadline, takes
+only the reply that carries its request's ``id``, computes every statistic from the raw samples itself and,
+when the worker dies or hangs, records the case and starts a fresh worker.
 
 Messages, worker -> parent:
-  {"type": "hello", "mode", "device", "hardware", "l2_bytes", "pid", "harness", "cupti"} or {"type": "hello", "error"}
-  {"type": "phase", "phase": str}                     before each step, so a hang or crash can be located
-  {"type": "result", "result": {...case fields...}, "fatal": bool}   fatal: the worker exits after it
+  {"type": "hello", "mode", "role", "device", "hardware", "l2_bytes", "pid", "harness", "cupti"} or
+  {"type": "hello", "error"}
+  {"type": "phase", "id", "phase": str}                  before each step, so a hang or crash can be located
+  {"type": "result", "id", "result": {...case fields...}, "fatal": bool}   fatal: the worker exits after it
+  {"type": "recorded", "id", "result": {"refused", "error", "incorrect", "config", "warnings", "samples_us"},
+   "fatal": bool}
 parent -> worker:
-  {"type": "case", "batch_size", "seq_len", "impl", "protocols": [definitions], "seed", "baselines"}
+  {"type": "case", "id", "batch_size", "seq_len", "protocols": [definitions], "seed", "baselines",
+   and one of "impl" (direct), "plan": DIR (judge, GPU), "outputs": DIR (judge, interpreter)}
+  {"type": "record", "id", "batch_size", "seq_len", "impl", "seed", "dir": DIR, "protocols", "rounds"}
   {"type": "exit"}
 """
 
@@ -105,6 +117,8 @@ WATCHED = (
 )
 HARNESS_MODULES = (
     "ci.harness.case_process",
+    "ci.harness.plan",
+    "ci.harness.record",
     "ci.harness.timing",
     "ci.harness.hardware",
     "problem.reference",
@@ -170,7 +184,11 @@ def load_impl(spec: str, candidate: str | Path | None = None) -> tuple[Callable,
                 raise ImportError(f"--impl: cannot load {path}")
             module = importlib.util.module_from_spec(mspec)
             sys.modules[name] = module
-            mspec.loader.exec_module(module)
+            try:
+                mspec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
     elif candidate is not None:
         module = _import_from_tree(mod_name, Path(candidate))
     else:
@@ -319,23 +337,33 @@ class IntegrityError(RuntimeError):
     """The commit's code changed what the harness measures with."""
 
 
-class CaseProcess:
-    """The sandboxed process that calls a kernel on the cases the parent (``ci.harness.measure``) sends."""
+ROLES = ("direct", "record", "judge")
 
-    def __init__(self, mode: str, send: Callable[[dict], None], candidate: str | None = None) -> None:
+
+class CaseProcess:
+    """The sandboxed process that records, judges or directly measures the cases the parent sends."""
+
+    def __init__(self, mode: str, send: Callable[[dict], None], candidate: str | None = None, role: str = "direct"):
         # lazy: the import order is the point: these load torch, which must come after main() has capped the
         # files this process writes, claimed stdout and set TRITON_INTERPRET, and before the commit's kernel
         import torch
 
+        from ci.harness import plan as plan_contract
         from ci.harness import timing
         from ci.harness.hardware import Nvml, fingerprint
         from problem import correctness, reference, workload
 
-        self.torch, self.timing = torch, timing
+        if role not in ROLES:
+            raise ValueError(f"--role {role!r}: expected one of {ROLES}")
+        if role == "judge" and candidate is not None:
+            raise ValueError("a judge never loads a commit's tree")
+        self.torch, self.timing, self.plan_contract = torch, timing, plan_contract
         self.reference, self.correctness, self.workload = reference, correctness, workload
         self.mode = mode
+        self.role = role
         self.send = send
         self.candidate = candidate
+        self.request_id: Any = None
         if mode == "gpu":
             self.device = torch.device("cuda", torch.cuda.current_device())
             torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32
@@ -350,12 +378,19 @@ class CaseProcess:
         self.timer = timing.Timer(self.device, self.l2_bytes, self.hardware.get("max_sm_clock_mhz"))
         self.cupti = self.timer.cupti_works() if mode == "gpu" else False
         self.default_stream = torch.cuda.current_stream(self.device) if mode == "gpu" else None
+        self.recorder = None
+        if role == "record" and mode == "gpu":
+            # lazy: Triton's launcher is wrapped only in a recording process on a GPU (never in a judge)
+            from ci.harness.record import Recorder
+
+            self.recorder = Recorder()  # before the commit's kernel is imported: it sees every kernel load
         self.integrity = Integrity()  # before any code of the commit runs
 
     def hello(self) -> dict:
         return {
             "type": "hello",
             "mode": self.mode,
+            "role": self.role,
             "device": str(self.device),
             "hardware": self.hardware,
             "l2_bytes": self.l2_bytes,
@@ -365,7 +400,7 @@ class CaseProcess:
         }
 
     def phase(self, text: str) -> None:
-        self.send({"type": "phase", "phase": text})
+        self.send({"type": "phase", "id": self.request_id, "phase": text})
 
     def verify(self, stage: str) -> None:
         problems = self.integrity.problems()
@@ -385,8 +420,47 @@ class CaseProcess:
         if problems:
             raise IntegrityError(f"integrity: {stage}: " + "; ".join(problems[:6]))
 
+    def _kernel_config(self, module: Any, m: int, warnings: list[str]) -> dict | None:
+        config_fn = getattr(module, "kernel_config", None)
+        if not callable(config_fn):
+            return None
+        try:
+            cfg = config_fn(m, self.device)
+            return cfg.as_dict() if hasattr(cfg, "as_dict") else None
+        except Exception as exc:  # a config lookup failure is not the kernel's failure
+            warnings.append(f"kernel_config: {exc}")
+            return None
+
+    # -------------------------------------------------------------------------------------------- judge, direct
+    def _judged_kernel(self, req: dict, b: int, s: int, res: dict) -> tuple[Callable, bool]:
+        """The kernel a case request names: (callable, whether the kernel is timed here)."""
+        if self.role == "judge":
+            if req.get("plan"):
+                # lazy: Triton's driver is loaded only by a judge that replays on a GPU
+                from ci.harness.replay import Replay, device_limits
+
+                self.phase("loading the plan")
+                try:
+                    plan = self.plan_contract.load(Path(req["plan"]), b, s, device_limits(self.device))
+                    replay = Replay(plan, self.device)
+                except self.plan_contract.RefusedPlan as exc:
+                    raise Unreplayable(str(exc)) from None
+                res["config"] = plan.config
+                res["warnings"] += [str(w)[:300] for w in plan.recorded.get("warnings", [])][:4]
+                return replay, True
+            if req.get("outputs"):
+                return RecordedOutputs(Path(req["outputs"]), b, s), False
+            raise ValueError("a judge is given a plan or recorded outputs, never a kernel to import")
+        if self.role != "direct":
+            raise ValueError(f"a {self.role} process does not measure cases")
+        self.phase("load impl")
+        fn, module = load_impl(req["impl"], self.candidate)
+        self.verify("after importing the kernel")
+        res["config"] = self._kernel_config(module, b * s, res["warnings"])
+        return fn, True
+
     def run_case(self, req: dict) -> tuple[dict, bool]:
-        torch, timing = self.torch, self.timing
+        timing = self.timing
         b, s = int(req["batch_size"]), int(req["seq_len"])
         protocols = [timing.Protocol.from_dict(p) for p in req["protocols"]]
         seed = int(req.get("seed", 0))
@@ -402,23 +476,14 @@ class CaseProcess:
         fatal = False
         tele_before = self.nvml.sample()
         try:
-            self.phase("load impl")
-            fn, module = load_impl(req["impl"], self.candidate)
-            self.verify("after importing the kernel")
-            config_fn = getattr(module, "kernel_config", None)
-            if callable(config_fn):
-                try:
-                    cfg = config_fn(b * s, self.device)
-                    res["config"] = cfg.as_dict() if hasattr(cfg, "as_dict") else None
-                except Exception as exc:  # a config lookup failure is not the kernel's failure
-                    res["warnings"].append(f"kernel_config: {exc}")
+            fn, time_kernel = self._judged_kernel(req, b, s, res)
             self.phase("correctness")
             corr = self.correctness.check_rounds(fn, b, s, self.device, protocols[0].rounds, seed)
             self.verify("after the correctness rounds")
             res["correctness"] = corr.doc
             if not corr.ok:
                 res["status"], res["error"] = "incorrect", corr.reason
-            impls: list[tuple[str, Callable, bool]] = [("kernel", fn, True)] if corr.ok else []
+            impls: list[tuple[str, Callable, bool]] = [("kernel", fn, True)] if corr.ok and time_kernel else []
             if req.get("baselines", True):
                 impls += [
                     ("eager", self.reference.attn_output_proj_backward_eager, False),
@@ -459,6 +524,9 @@ class CaseProcess:
             fatal = True
             res["status"], res["error"] = "error", str(exc)
             res["timings"] = []
+        except Unreplayable as exc:
+            res["status"], res["error"] = "error", f"{self.plan_contract.UNREPLAYABLE} {exc}"
+            res["timings"] = []
         except Exception as exc:
             fatal = self.mode == "gpu" and is_fatal(exc)
             res["status"] = "error"
@@ -467,15 +535,170 @@ class CaseProcess:
         res["telemetry"] = {"before": tele_before, "after": self.nvml.sample()} if tele_before else None
         res["timings"] = _clean(res["timings"])
         res["correctness"] = _clean(res["correctness"])
+        return res, self._settle(fatal, res["warnings"])
+
+    def _settle(self, fatal: bool, warnings: list[str]) -> bool:
         gc.collect()
         if self.mode == "gpu" and not fatal:
             try:
-                torch.cuda.synchronize(self.device)
-                torch.cuda.empty_cache()
+                self.torch.cuda.synchronize(self.device)
+                self.torch.cuda.empty_cache()
             except Exception as exc:
                 fatal = True
-                res["warnings"].append(f"device unusable after the case: {exc}")
-        return res, fatal
+                warnings.append(f"device unusable after the case: {exc}")
+        return fatal
+
+    # -------------------------------------------------------------------------------------------- record
+    def _call_buffers(self, b: int, s: int, seed: int) -> tuple[tuple, tuple, dict]:
+        gen = self.torch.Generator(device=self.device).manual_seed(seed)
+        inputs = self.reference.make_inputs(b, s, self.device, generator=gen)
+        outputs = self.correctness.poisoned_outputs(b, s, self.device)
+        known = {("input", i): t for i, t in enumerate(inputs)}
+        known.update({("output", i): t for i, t in enumerate(outputs)})
+        return inputs, outputs, known
+
+    def record_case(self, req: dict) -> tuple[dict, bool]:
+        """Record one case (see the module docstring); the reply is a hint to the parent, never a figure."""
+        b, s = int(req["batch_size"]), int(req["seq_len"])
+        seed = int(req.get("seed", 0))
+        folder = Path(req["dir"])
+        res: dict[str, Any] = {
+            "refused": None,
+            "error": None,
+            "incorrect": None,
+            "config": None,
+            "warnings": [],
+            "samples_us": None,
+        }
+        fatal = False
+        try:
+            if self.role != "record":
+                raise ValueError(f"a {self.role} process does not record")
+            self.phase("load impl")
+            fn, module = load_impl(req["impl"], self.candidate)
+            self.verify("after importing the kernel")
+            res["config"] = self._kernel_config(module, b * s, res["warnings"])
+            if self.mode == "gpu":
+                self._record_plan(fn, b, s, seed, folder, res)
+            else:
+                self._record_outputs(fn, b, s, seed, req, folder, res)
+        except IntegrityError as exc:
+            fatal = True
+            res["error"] = str(exc)
+        except self.plan_contract.RefusedPlan as exc:
+            res["refused"] = str(exc)
+        except Exception as exc:
+            fatal = self.mode == "gpu" and is_fatal(exc)
+            res["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"
+        return _clean(res), self._settle(fatal, res["warnings"])
+
+    def _record_plan(self, fn: Callable, b: int, s: int, seed: int, folder: Path, res: dict) -> None:
+        from dataclasses import replace
+
+        # lazy: as for Recorder above
+        from ci.harness.record import RECORDED_CALLS, record_call
+
+        torch, timing = self.torch, self.timing
+        calls = [0]
+
+        def make_call() -> tuple[tuple, tuple, dict]:
+            calls[0] += 1
+            return self._call_buffers(b, s, seed + _TIMING_SEED_OFFSET * 7 + calls[0])
+
+        class _Profile:
+            def __enter__(self) -> _Profile:
+                self.cm = timing._cuda_profile()
+                self.prof = self.cm.__enter__()
+                return self
+
+            def __exit__(self, *exc: Any) -> None:
+                self.cm.__exit__(*exc)
+
+            def activities(self) -> list:
+                return timing._gpu_activities(self.prof)
+
+        if not self.cupti:
+            res["warnings"].append("GPU work outside the launches was not checked (CUPTI does not work here)")
+        self.phase("recording")
+        plan = record_call(
+            self.recorder,
+            fn,
+            make_call,
+            b,
+            s,
+            lambda: torch.cuda.synchronize(self.device),
+            _Profile if self.cupti else None,
+        )
+        self.verify("after recording the kernel")
+        recorded = {"calls": RECORDED_CALLS, "gpu_work_checked": bool(self.cupti), "warnings": res["warnings"][:4]}
+        self.plan_contract.write(replace(plan, config=res["config"], recorded=recorded), folder)
+
+    def _record_outputs(self, fn: Callable, b: int, s: int, seed: int, req: dict, folder: Path, res: dict) -> None:
+        """Under the interpreter: each correctness round's outputs (and its inputs as the kernel left them) as
+        raw bytes, for the judge to compare; then the kernel's wall-clock timing (functional only)."""
+        torch, timing = self.torch, self.timing
+        folder.mkdir(parents=True, exist_ok=True)
+        protocols = [timing.Protocol.from_dict(p) for p in req["protocols"]]
+        for r in range(int(req["rounds"])):
+            self.phase(f"correctness round {r}")
+            inputs, outputs, _known = self._call_buffers(b, s, seed + r)
+            fn(*inputs, out=outputs)
+            with open(folder / f"round{r}.bin", "wb") as fh:
+                for t in (*outputs, *inputs):
+                    fh.write(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+        self.verify("after the correctness rounds")
+        proto = protocols[0]
+        make_set = self.reference.timing_sets(b, s, self.device, seed + _TIMING_SEED_OFFSET)
+        made = [0]
+
+        def next_set() -> tuple[tuple, dict]:
+            made[0] += 1
+            return make_set(True)
+
+        self.phase(f"timing kernel ({proto.timer})")
+        run = self.timer.run(proto, fn, next_set, keep=KEEP_FOR_RECHECK)
+        self.verify(f"after timing the kernel ({proto.timer})")
+        bad = self.correctness.recheck(run.kept, b * s, lambda it: make_set.draw(proto.warmup + it.index))
+        if bad:
+            res["incorrect"] = f"after the timed loop ({proto.timer}): {bad}"
+        res["samples_us"] = [float(x) for x in run.samples_us]
+
+
+class Unreplayable(RuntimeError):
+    """The plan a recording left cannot be replayed (its message says why): the run is rejected."""
+
+
+class RecordedOutputs:
+    """The interpreter's judge: called like the kernel, it puts into ``out=`` the outputs the recording process
+    wrote for this round, and into the inputs what the kernel left of them, so the harness's correctness rounds
+    compare what the kernel did with the harness's own reference."""
+
+    def __init__(self, folder: Path, batch_size: int, seq_len: int) -> None:
+        self.folder = folder
+        self.round = 0
+
+    def __call__(self, *inputs: Any, out: tuple) -> tuple:
+        # lazy: the import order is the point (torch after main()'s set-up; see CaseProcess.__init__)
+        import torch
+
+        from ci.harness.plan import RefusedPlan, read_file
+
+        tensors = (*out, *inputs)
+        expected = sum(t.numel() * t.element_size() for t in tensors)
+        path = self.folder / f"round{self.round}.bin"
+        self.round += 1
+        try:
+            data = read_file(path, expected)
+        except RefusedPlan as exc:
+            raise RuntimeError(f"the kernel's process left no outputs for this round ({exc})") from None
+        if len(data) != expected:
+            raise RuntimeError(f"the kernel's process left {len(data)} bytes of outputs, not {expected}")
+        pos = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(data[pos : pos + n]), dtype=torch.uint8))
+            pos += n
+        return out
 
 
 def _clean(obj: Any) -> Any:
@@ -493,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.harness.case_process", description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto")
     parser.add_argument("--candidate", help="the commit's tree: its kernel package is the one measured")
+    parser.add_argument("--role", choices=ROLES, default="direct", help="what this process does (see above)")
     args = parser.parse_args(argv)
     limit_file_size()
     proto = _claim_stdout()
@@ -506,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         mode = _resolve_mode(args.mode)
         if mode == "cpu-interpreter":
             os.environ["TRITON_INTERPRET"] = "1"  # before triton or the kernel is imported
-        worker = CaseProcess(mode, send, args.candidate)
+        worker = CaseProcess(mode, send, args.candidate, args.role)
     except Exception as exc:
         send({"type": "hello", "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"})
         return 2
@@ -518,9 +742,14 @@ def main(argv: list[str] | None = None) -> int:
         msg = json.loads(line)
         if msg.get("type") == "exit":
             break
-        if msg.get("type") == "case":
-            result, fatal = worker.run_case(msg)
-            send({"type": "result", "result": result, "fatal": fatal})
+        if msg.get("type") in ("case", "record"):
+            worker.request_id = msg.get("id")
+            if msg["type"] == "case":
+                result, fatal = worker.run_case(msg)
+            else:
+                result, fatal = worker.record_case(msg)
+            reply = "result" if msg["type"] == "case" else "recorded"
+            send({"type": reply, "id": msg.get("id"), "result": result, "fatal": fatal})
             if fatal:
                 return 3
     return 0

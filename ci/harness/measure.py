@@ -1,7 +1,12 @@
 """``solci measure``: correctness and latency of the kernel and its baselines, one result document per run.
 
-Cases run one at a time in a worker subprocess (``ci.harness.case_process``); a case that crashes the worker or outlives
-``--case-timeout`` is recorded (error / timeout) and a fresh worker takes the remaining cases.
+Cases run one at a time in two worker subprocesses (``ci.harness.case_process``, docs/replay.md): a recording
+process, the only one that runs the kernel's code, writes what one call of it launches (on a GPU) or its outputs
+(under the CPU interpreter); the parent copies those files and a judging process, which never imports a
+kernel, replays the plan through the correctness rounds and the timed loops (or compares the outputs with its
+own reference) and times the baselines. ``--direct`` calls the kernel in one process instead (a developer's own
+measurement, labelled so and never stored). A case that crashes a worker or outlives ``--case-timeout`` is
+recorded (error / timeout) and a fresh worker takes the remaining cases.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
 import socket
 import statistics
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ci.harness import plan as plan_contract
 from ci.harness import sandbox
 from ci.harness.args import bounded, dispatch
 from ci.harness.sandbox import SANDBOX_KINDS
@@ -113,6 +120,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="a commit's tree: measure ITS kernel package with this installation's harness (the "
         "commit's other code is never imported); default: this installation's own kernel",
+    )
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="call the kernel in the measuring process itself (correctness and timing there too) instead of "
+        "recording its launches and replaying them from a harness process: a developer's own measurement, "
+        "labelled measured_by=direct, never stored as a CI result",
     )
     p.add_argument(
         "--sandbox",
@@ -232,6 +246,13 @@ class Isolation:
     sandbox: str = "none"
     scratch: Path | None = None
     triton_cache: Path | None = None  # Triton's cache, kept across the runs of one commit
+    role: str = "direct"  # record, judge or direct (ci.harness.case_process)
+
+    def inside(self, host: Path) -> str:
+        """The path the worker sees for ``host``, a path under the scratch folder."""
+        if self.sandbox != "bwrap" or self.scratch is None:
+            return str(host)
+        return str(Path(sandbox.SCRATCH_MOUNT) / host.resolve().relative_to(self.scratch.resolve()))
 
 
 class CaseProcessHandle:
@@ -246,7 +267,7 @@ class CaseProcessHandle:
             env["CUDA_VISIBLE_DEVICES"] = ""
         if iso.sandbox == "bwrap":
             scratch = iso.scratch or Path(tempfile.mkdtemp(prefix="solci-scratch-"))
-            inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None)
+            inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None, iso.role)
             cmd, env = sandbox.wrap(
                 inner,
                 candidate=iso.candidate,
@@ -256,7 +277,7 @@ class CaseProcessHandle:
                 triton_cache=iso.triton_cache,
             )
         else:
-            cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None)
+            cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None, iso.role)
             if iso.triton_cache is not None:
                 env["TRITON_CACHE_DIR"] = str(iso.triton_cache)
         self.err = tempfile.TemporaryFile(mode="w+b")
@@ -391,6 +412,12 @@ class CaseProcessPool:
 
     def run_case(self, request: dict, timeout_s: float) -> tuple[dict, str | None]:
         """Run one case; returns (the worker's result fields, None) or (an error/timeout stub, its status)."""
+        return self.request(request, timeout_s, "result")
+
+    def request(self, request: dict, timeout_s: float, reply: str) -> tuple[dict, str | None]:
+        """Send one request and wait for the ``reply`` message that carries its id (a line without it, forged
+        or left over from an earlier request, is ignored); (its result fields, None) or (a stub, its status)."""
+        request = dict(request, id=uuid.uuid4().hex)
         if self.worker is None or self.worker.proc.poll() is not None:
             try:
                 self.start()
@@ -404,9 +431,11 @@ class CaseProcessPool:
             w.send(request)
             while True:
                 msg = w.recv(deadline)
+                if not isinstance(msg, dict) or msg.get("id") != request["id"]:
+                    continue
                 if msg.get("type") == "phase":
-                    phase = msg.get("phase", phase)
-                elif msg.get("type") == "result":
+                    phase = str(msg.get("phase", phase))[:200]
+                elif msg.get("type") == reply:
                     result = msg.get("result") if isinstance(msg.get("result"), dict) else _stub("error", "bad result")
                     if msg.get("fatal"):  # the worker exits by itself; a fresh one takes the next case
                         tail = w.stderr_tail()
@@ -543,6 +572,131 @@ def case_line(rec: dict, protocols: list[Protocol]) -> str:
     return line
 
 
+class Measurer:
+    """The processes of one run and how a case goes through them: recorded then judged (the default), or called
+    directly (``--direct``). The judge starts first: its hello (a harness process's) says the mode and the
+    hardware; the recording process is started in that mode."""
+
+    def __init__(self, args: argparse.Namespace, kind: str) -> None:
+        self.args = args
+        self.direct = bool(getattr(args, "direct", False))
+        self.own_dirs: list[Path] = []
+        if self.direct:
+            iso = Isolation(args.candidate, kind, args.scratch, args.triton_cache)
+            self.judge = CaseProcessPool(args.mode, iso)
+            self.recorder: CaseProcessPool | None = None
+            return
+        rec_scratch = args.scratch or self._own("solci-record-")
+        judge_scratch = self._own("solci-judge-")  # the harness's own: the commit's code never writes here
+        self.judge = CaseProcessPool(
+            args.mode, Isolation(None, kind, judge_scratch, judge_scratch / "triton", role="judge")
+        )
+        self.recorder = CaseProcessPool(
+            args.mode, Isolation(args.candidate, kind, rec_scratch, args.triton_cache, role="record")
+        )
+
+    def _own(self, prefix: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        self.own_dirs.append(path)
+        return path
+
+    @property
+    def measured_by(self) -> str:
+        if self.direct:
+            return "direct"
+        return "replay" if self.judge.mode == "gpu" else "interpreter"
+
+    @property
+    def starts(self) -> int:
+        return self.judge.starts + (self.recorder.starts if self.recorder else 0)
+
+    def start(self) -> dict:
+        hello = self.judge.start()
+        if self.recorder is not None:
+            self.recorder.mode = hello["mode"]
+            self.recorder.start()
+        return hello
+
+    def stop(self, kill: bool = False) -> None:
+        for pool in (self.recorder, self.judge):
+            if pool is not None:
+                pool.stop(kill=kill)
+        for d in self.own_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def case(self, case: Case, protocols: list[Protocol], timeout: float) -> dict:
+        """One case's result fields (the judge's, or an error/timeout stub)."""
+        args = self.args
+        request = {
+            "type": "case",
+            "batch_size": case.batch_size,
+            "seq_len": case.seq_len,
+            "protocols": [p.definition() for p in protocols],
+            "seed": args.seed,
+            "baselines": not args.no_baselines,
+        }
+        if self.recorder is None:
+            return self.judge.run_case(dict(request, impl=args.impl), timeout)[0]
+        rec_iso, judge_iso = self.recorder.isolation, self.judge.isolation
+        assert rec_iso.scratch is not None and judge_iso.scratch is not None
+        # A new folder each time, made by the recording process itself: the parent never writes or deletes
+        # anything in the commit's scratch, and reads it only through real folders (plan.open_folder).
+        recorded = rec_iso.scratch / "record" / f"{case.name}-{uuid.uuid4().hex[:12]}"
+        record = {
+            "type": "record",
+            "batch_size": case.batch_size,
+            "seq_len": case.seq_len,
+            "impl": args.impl,
+            "seed": args.seed,
+            "dir": rec_iso.inside(recorded),
+            "protocols": request["protocols"],
+            "rounds": protocols[0].rounds,
+        }
+        said, failed = self.recorder.request(record, timeout, "recorded")
+        if failed:
+            return said
+        if said.get("error"):
+            return _stub("error", str(said["error"]))
+        if said.get("refused"):
+            return _stub("error", f"{plan_contract.UNREPLAYABLE} {str(said['refused'])[:2000]}")
+        judged = judge_iso.scratch / "cases" / case.name
+        shutil.rmtree(judged, ignore_errors=True)
+        gpu = self.judge.mode == "gpu"
+        try:
+            if gpu:
+                plan_contract.collect(recorded, judged)
+            else:
+                plan_contract.collect_rounds(recorded, judged, protocols[0].rounds, case.batch_size, case.seq_len)
+        except plan_contract.RefusedPlan as exc:
+            return _stub("error", f"{plan_contract.UNREPLAYABLE} {exc}")
+        key = "plan" if gpu else "outputs"
+        fields, failed = self.judge.run_case(dict(request, **{key: judge_iso.inside(judged)}), timeout)
+        if gpu or failed:
+            return fields
+        return _with_interpreter_timing(fields, said, protocols[0])
+
+
+def _with_interpreter_timing(fields: dict, said: dict, primary: Protocol) -> dict:
+    """Under the interpreter the recording process times the kernel (a functional figure); its samples join the
+    judge's fields only when the judge found the outputs correct. Its other words can only fail a case."""
+    try:
+        fields["config"] = plan_contract.config_of(said.get("config"))
+    except plan_contract.RefusedPlan as exc:
+        fields["warnings"] = [*fields.get("warnings", []), f"the kernel's configuration was not kept: {exc}"]
+    if fields["status"] != "pass":
+        return fields
+    if said.get("incorrect"):
+        fields["status"], fields["error"] = "incorrect", str(said["incorrect"])[:2000]
+        return fields
+    if not isinstance(said.get("samples_us"), list):
+        fields["status"], fields["error"] = "error", "the kernel's process sent no timing"
+        return fields
+    fields["timings"] = [{"impl": "kernel", "protocol": primary.hash, "samples_us": said["samples_us"]}] + [
+        t for t in fields["timings"] if t.get("impl") != "kernel"
+    ]
+    return fields
+
+
 def run_measure(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -562,10 +716,11 @@ def run_measure(args: argparse.Namespace) -> int:
     if args.candidate is not None and not (args.candidate / "kernel").is_dir():
         print(f"solci measure: --candidate {args.candidate}: no kernel/ package in that tree", file=sys.stderr)
         return 1
-    pool = CaseProcessPool(args.mode, Isolation(args.candidate, kind, args.scratch, args.triton_cache))
+    pool = Measurer(args, kind)
     try:
         hello = pool.start()
     except RuntimeError as exc:
+        pool.stop(kill=True)
         print(f"solci measure: {exc}", file=sys.stderr)
         return 2 if args.mode == "gpu" else 1
     try:
@@ -590,22 +745,13 @@ def run_measure(args: argparse.Namespace) -> int:
         bar = tqdm(total=len(cases), desc="measure", unit="case", file=sys.stderr, disable=None)
         print(
             f"solci measure: {len(cases)} cases on {hardware['label']} ({mode}), impl {args.impl}, "
-            f"protocol {protocols[0].name} [{protocols[0].hash}]",
+            f"protocol {protocols[0].name} [{protocols[0].hash}], measured by {pool.measured_by}",
             file=sys.stderr,
         )
         for case in cases:
             bar.set_postfix_str(case.name)
-            request = {
-                "type": "case",
-                "batch_size": case.batch_size,
-                "seq_len": case.seq_len,
-                "impl": args.impl,
-                "protocols": [p.definition() for p in protocols],
-                "seed": args.seed,
-                "baselines": not args.no_baselines,
-            }
             tc = time.monotonic()
-            fields, _ = pool.run_case(request, timeout)
+            fields = pool.case(case, protocols, timeout)
             rec = assemble_case(case, fields, protocols, hardware.get("gpu_model"), mode, time.monotonic() - tc)
             records.append(rec)
             tqdm.write(case_line(rec, protocols), file=sys.stderr)
@@ -637,6 +783,7 @@ def run_measure(args: argparse.Namespace) -> int:
         "harness": harness_version(),
         "candidate": args.candidate is not None,
         "sandbox": kind,
+        "measured_by": pool.measured_by,
     }
     doc["hardware"]["hostname"] = socket.gethostname()  # the sandbox's own name is not the host's
     validate(doc)

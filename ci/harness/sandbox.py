@@ -82,11 +82,12 @@ def boot_code(module: str) -> str:
     return f"import sys; sys.path[:0] = {trusted_path()!r}; from {module} import main; sys.exit(main())"
 
 
-def worker_command(mode: str, candidate: str | None) -> list[str]:
+def worker_command(mode: str, candidate: str | None, role: str = "direct") -> list[str]:
     """The worker's command: this Python, isolated (``-I``: no PYTHON* variables, no user site, no cwd on
     ``sys.path``), with the harness's trusted ``sys.path`` (``trusted_path``); ``candidate``: the commit's tree as
-    the worker sees it (``CANDIDATE_MOUNT`` inside the sandbox)."""
-    cmd = [sys.executable, "-I", "-c", boot_code("ci.harness.case_process"), "--mode", mode]
+    the worker sees it (``CANDIDATE_MOUNT`` inside the sandbox); ``role``: record, judge or direct
+    (``ci.harness.case_process``)."""
+    cmd = [sys.executable, "-I", "-c", boot_code("ci.harness.case_process"), "--mode", mode, "--role", role]
     return [*cmd, "--candidate", candidate] if candidate else cmd
 
 

@@ -50,6 +50,7 @@ from ci.verdict.rules import (
 )
 from storage import queries
 from storage.db import Database, StorageError
+from storage.result import UNREPLAYABLE
 from storage.verdicts import Judgement, record_judgement, record_step
 
 # confirm(parent commit, commit, cases) -> the runs it measured and stored, in order, as (label "A" | "B", run_id)
@@ -315,9 +316,14 @@ def _noise_rows(noise: Noise) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ judging
 def _functional(info: dict, cases: pd.DataFrame) -> tuple[str, str]:
     bad = cases[cases["status"] != "pass"]
-    tampered = [e for e in bad["error"].fillna("") if str(e).startswith("integrity:")]
+    errors = [str(e) for e in bad["error"].fillna("")]
+    tampered = [e for e in errors if e.startswith("integrity:")]
     if tampered:  # the harness caught the kernel changing what it measures with: nothing of the run counts
         return "rejected", f"the kernel tampered with the measurement ({len(tampered)} case(s)): {tampered[0][:300]}"
+    unreplayable = [e for e in errors if e.startswith(UNREPLAYABLE)]
+    if unreplayable:  # what the kernel launches cannot be replayed by the harness: nothing of the run counts
+        why = unreplayable[0][len(UNREPLAYABLE) :].strip()
+        return "rejected", f"the kernel's launches cannot be replayed ({len(unreplayable)} case(s)): {why[:300]}"
     if bad.empty:
         if info["mode"] != "gpu":
             return "functional", f"{len(cases)} cases correct ({info['mode']}: a functional check, not a speed figure)"

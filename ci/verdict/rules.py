@@ -74,7 +74,7 @@ VERDICTS = (
     "incorrect",  # a case failed the correctness check
     "broken",  # a case errored or timed out
     "quarantined",  # faster than physics allows (below the speed of light): never a record or a baseline
-    "rejected",  # the kernel tampered with the harness (its integrity checks): nothing of the run counts
+    "rejected",  # the kernel tampered with the harness, or its launches cannot be replayed: nothing of the run counts
 )
 
 

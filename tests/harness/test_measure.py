@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from ci.cli.main import main
-from ci.harness.measure import assemble_case, case_score, resolve_cases, suite_summary
+from ci.harness.measure import CaseProcessPool, Isolation, assemble_case, case_score, resolve_cases, suite_summary
 from ci.harness.timing import Protocol, make_protocols
 from problem.correctness import check_rounds as check_correctness
 from problem.workload import CASES, SMOKE_CASES, Case, t_sol_us
 from storage.result import validate
 from tests.support import PROJECT
 from tests.support import fake_kernels as fk
+from tests.support.hostile import FORGE_FD, forging_kernel
 from tests.support.measure import FAKES, run_measure
 
 # ------------------------------------------------------------------------------------------------ fake kernels
@@ -109,7 +110,8 @@ def test_crash_is_isolated(mixed_run):
     assert "SIGSEGV" in _case(doc, 5)["error"] and "correctness" in _case(doc, 5)["error"]
     assert "exit code 7" in _case(doc, 9)["error"]
     assert _case(doc, 6)["status"] == "pass" and _case(doc, 10)["status"] == "pass"
-    assert doc["worker_starts"] == 4  # the first, then one after each crash and after the hang
+    # the judge once; the recording process first, then again after each crash and after the hang
+    assert doc["worker_starts"] == 5
 
 
 def test_hang_is_timeout_and_next_case_runs(mixed_run):
@@ -267,6 +269,49 @@ def test_real_kernel_under_the_interpreter(tmp_path):
     assert {t["impl"] for t in c["timings"]} == {"kernel", "eager", "cublas"}
     assert c["config"] is not None and c["t_sol_us"] is None
     assert doc["suite"]["geomean_us"] == pytest.approx(c["median_us"])
+    assert doc["measured_by"] == "interpreter"  # recorded by the kernel's process, judged by the harness's
+
+
+# ------------------------------------------------------------------------------------------------ issue 18
+def test_a_kernel_that_raises_but_forges_its_replies_is_an_error_not_a_pass(tmp_path):
+    """Issue 18 (seen on the CPU): a kernel raising on every call wrote one made-up PASSED result line to the pipe
+    at import, and the parent took it. Now the parent takes only replies with its request's id (the forgery
+    finds that id too), believes no figure or verdict of the kernel's process, and the judge finds no outputs."""
+    impl = forging_kernel(tmp_path / "forge", FORGE_FD)
+    rc, doc, err = run_measure(tmp_path, "--mode", "cpu-interpreter", "--cases", "1,3", "--impl", impl)
+    assert rc == 1, err
+    (c,) = doc["cases"]
+    assert c["status"] == "error" and "left no outputs" in c["error"], c["error"]
+    assert c["median_us"] is None and not [t for t in c["timings"] if t["impl"] == "kernel"]
+
+
+def test_the_judge_refuses_to_import_a_kernel(tmp_path):
+    """A judging process is given a plan or recorded outputs, never a kernel to import."""
+    pool = CaseProcessPool("cpu-interpreter", Isolation(role="judge"))
+    try:
+        pool.start()
+        proto = make_protocols("cpu-interpreter", rounds=1, warmup=0, iters=1)[0]
+        request = {
+            "type": "case",
+            "batch_size": 1,
+            "seq_len": 1,
+            "impl": "kernel:attn_output_proj_backward",
+            "protocols": [proto.definition()],
+            "baselines": False,
+        }
+        fields, failed = pool.run_case(request, 120)
+    finally:
+        pool.stop()
+    assert failed is None and fields["status"] == "error"
+    assert "never a kernel to import" in fields["error"]
+
+
+def test_direct_measurements_are_labelled_so(tmp_path):
+    rc, doc, err = run_measure(
+        tmp_path, "--mode", "cpu-interpreter", "--cases", "1,1", "--impl", f"{FAKES}:good", "--direct"
+    )
+    assert rc == 0, err
+    assert doc["measured_by"] == "direct" and doc["worker_starts"] == 1
 
 
 @pytest.mark.gpu
@@ -293,7 +338,7 @@ def test_illegal_address_is_isolated_on_the_gpu(tmp_path):
     validate(doc)
     assert [c["status"] for c in doc["cases"]] == ["error", "pass"]
     assert "illegal" in doc["cases"][0]["error"]
-    assert doc["worker_starts"] == 2
+    assert doc["worker_starts"] == 3  # the judge, and the recording process twice (the crash, then the next case)
 
 
 def test_the_parent_makes_every_statistic_from_raw_samples():

@@ -1,9 +1,11 @@
-"""Issue 9: the measured commit cannot touch the measurement, the history or the machine.
+"""Issues 9 and 18: the measured commit cannot touch the measurement, the history or the machine.
 
 A hostile commit (tests/support/hostile.py) runs through each executor: the history stays byte-identical, no file
 outside its tree is written or deleted, no git hook appears, no connection reaches the host, and its attempt
 to forge the timing is caught (the run is broken, never a figure). The same commit run without the sandbox
-(``--trusted``) does reach the host: the fixture is real. Then the ingest, physics and SQL probes."""
+(``--trusted``) does reach the host: the fixture is real. Issue 18's two forgeries (messages rewritten in place,
+made-up reply lines on every descriptor by a kernel that raises on every call) go through both executors too:
+the one that raises is broken or rejected, never passed. Then the ingest, physics and SQL probes."""
 
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from storage.ingest import ingest_result, reject
 from storage.result import RejectedResult, SchemaError, parse, validate
 from tests.support import PROJECT
 from tests.support.factories import make_result
-from tests.support.hostile import Targets, hostile_commit, reports
-from tests.support.repo_factory import make_project_repo
+from tests.support.hostile import FORGE_FD, FORGE_MESSAGES, Targets, hostile_commit, reports
+from tests.support.repo_factory import LAUNCHER, make_project_repo
 
 OPTIONS = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=2, timeout=300)
 NO_BWRAP = probe()
@@ -172,6 +174,56 @@ def test_hostile_commit_in_the_docker_executor_changes_nothing(scene, tmp_path: 
     assert not ex.client.containers.list(all=True, filters={"label": "solci.gpu=gpuh"})
 
 
+# ------------------------------------------------------------------------------------------------ forgeries
+def _executor(kind: str, tmp_path: Path):
+    if kind == "local":
+        if NO_BWRAP is not None:
+            pytest.skip(f"bubblewrap: {NO_BWRAP}")
+        return LocalExecutor(gpu="gpuh", work_root=tmp_path / "work", sandbox="bwrap")
+    why = DockerExecutor.unavailable_reason()
+    if why is not None:
+        pytest.skip(f"docker executor: {why}")
+    return DockerExecutor(gpu="gpuh")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", ["local", "docker"])
+def test_a_kernel_that_raises_but_forges_its_replies_is_never_passed(tmp_path: Path, kind: str) -> None:
+    """Issue 18: a kernel that raises on every call and writes made-up reply lines (with the request's own id)
+    to every open descriptor at import. The parent believes no figure and no verdict of the commit's process:
+    the judge finds no outputs to check, so the case is broken."""
+    repo = make_project_repo(tmp_path / "repo")
+    sha = repo.commit_file(LAUNCHER, FORGE_FD, "forgery: reply lines on every descriptor, raises on every call")
+    res = _executor(kind, tmp_path).execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    assert [c["status"] for c in res.doc["cases"]] == ["error"], res.doc["cases"][0]["error"][:500]
+    assert res.doc["measured_by"] == "interpreter" and res.doc["suite"]["status"] != "pass"
+    db = open_database(tmp_path / "judged.duckdb")
+    ingest_result(db, res.doc)
+    assert judge_run(db, res.doc["run_id"]).verdict in ("broken", "rejected")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", ["local", "docker"])
+def test_a_kernel_that_rewrites_its_messages_is_judged_by_the_harness(tmp_path: Path, kind: str) -> None:
+    """Issue 18: the correct kernel whose import rewrites every kernel sample in its process's message stream
+    (x0.85). Under the interpreter its timing is the recording process's own and only functional: the
+    verdict says so; what decides the case is the judge's comparison of the outputs with its reference (on the
+    GPU the figures come from the judge's replay: scripts/gpu_replay_e2e.sh, docs/replay.md)."""
+    repo = make_project_repo(tmp_path / "repo")
+    sha = repo.commit_file(LAUNCHER, FORGE_MESSAGES, "forgery: messages rewritten in place")
+    res = _executor(kind, tmp_path).execute(repo.path, sha, branch="main", repo=str(repo.path), options=OPTIONS)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    (case,) = res.doc["cases"]
+    assert case["status"] == "pass", case["error"]
+    assert case["correctness"]["rounds_run"] == OPTIONS.rounds  # the judge's rounds
+    db = open_database(tmp_path / "judged.duckdb")
+    ingest_result(db, res.doc)
+    assert judge_run(db, res.doc["run_id"]).verdict == "functional"
+
+
 # ------------------------------------------------------------------------------------------------ ingest
 def _bad(**change) -> dict:
     doc = make_result(cases=["1,256", "4,128"])
@@ -209,6 +261,8 @@ def _bad(**change) -> dict:
         ({"run_id": "../../etc/passwd"}, "not a run id"),
         ({"wall_s": float("nan")}, "NaN or infinite"),
         ({"commit": "x" * 300_000}, "characters"),
+        ({"measured_by": "direct"}, "never stored as a CI result"),
+        ({"measured_by": "my own laptop"}, "is not one of"),
     ],
 )
 def test_ingest_refuses_figures_it_cannot_believe(tmp_path: Path, change: dict, match: str) -> None:

@@ -12,8 +12,16 @@ import sys
 import time
 
 import torch
+import triton
+import triton.language as tl
 
 from problem.reference import attn_output_proj_backward_ref
+
+
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
 
 
 def _outputs(go: torch.Tensor, out: tuple[torch.Tensor, torch.Tensor] | None):
@@ -130,9 +138,47 @@ def caches_inputs_too(go, x, w, *, out=None):
 
 
 def gpu_mixed(go, x, w, *, out=None):
-    """Batch 1: illegal address; otherwise correct."""
-    fn = illegal_address if go.shape[0] == 1 else good
+    """Batch 1: illegal address; otherwise the project's kernel (its own launches: replayable)."""
+    from kernel import attn_output_proj_backward
+
+    fn = illegal_address if go.shape[0] == 1 else attn_output_proj_backward
     return fn(go, x, w, out=out)
+
+
+_CALLS = [0]
+
+
+def alternates(go, x, w, *, out=None):
+    """The project's kernel, launched once on even calls and twice on odd ones: a launch sequence that differs
+    between calls (not replayable)."""
+    from kernel import attn_output_proj_backward
+
+    _CALLS[0] += 1
+    res = attn_output_proj_backward(go, x, w, out=out)
+    if _CALLS[0] % 2:
+        res = attn_output_proj_backward(go, x, w, out=out)
+    return res
+
+
+def reads_back(go, x, w, *, out=None):
+    """The project's kernel, after reading one element of grad_output back to the host (a copy to the host
+    during the call: not replayable)."""
+    from kernel import attn_output_proj_backward
+
+    if float(go[0, 0, 0].item()) > 1e30:
+        raise AssertionError("unreachable")
+    return attn_output_proj_backward(go, x, w, out=out)
+
+
+def own_scratch(go, x, w, *, out=None):
+    """The project's kernel on a copy of grad_output the kernel makes with its own Triton launch into a buffer it
+    allocates (scratch the plan must describe and the replay allocate)."""
+    from kernel import attn_output_proj_backward
+
+    tmp = torch.empty_like(go)
+    n = go.numel()
+    _copy[(triton.cdiv(n, 1024),)](go, tmp, n, BLOCK=1024)
+    return attn_output_proj_backward(tmp, x, w, out=out)
 
 
 def floods_stderr(go, x, w, *, out=None):

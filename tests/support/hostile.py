@@ -8,7 +8,10 @@
 - forges the timing: halves ``time.perf_counter``, ``statistics.median`` and the harness's ``Timer.run``;
 
 plus a ``sitecustomize.py`` and a ``.pth`` in the tree's root that halve NumPy's and ``statistics``' medians,
-and a ``ci/harness/case_process.py`` of its own that reports made-up figures. The kernel itself stays correct
+and a ``ci/harness/case_process.py`` of its own that reports made-up figures; and the two forgeries of issue 18
+(``FORGE_MESSAGES``: the worker's message stream found among the process's objects and every kernel sample in
+it scaled by 0.85; ``FORGE_FD``: made-up reply lines, with the request's own id, written to every open file
+descriptor). The kernel itself stays correct
 (it wraps the real one), so what is measured is only what the harness allows. Every attempt is reported on stderr as
 one line
 ``HOSTILE {json}``; marker files name what ran where.
@@ -88,6 +91,81 @@ def _forge():
 _try("forge", _forge)
 print("HOSTILE " + _json.dumps(_R), file=_sys.stderr, flush=True)
 """
+
+# Issue 18's forgeries, also appended to kernels on their own (``forging_kernel``; scripts/gpu_replay_session.sh).
+FORGE_MESSAGES = """
+# --- forgery: rewrite the worker's messages in place (every kernel sample x 0.85) ---
+def _forge_messages():
+    import gc as _g, io as _io, json as _j, sys as _s
+
+    def _scaled(line):
+        try:
+            msg = _j.loads(line)
+        except Exception:
+            return line
+        res = msg.get("result") if isinstance(msg, dict) else None
+        if isinstance(res, dict):
+            for t in res.get("timings") or []:
+                if t.get("impl") == "kernel":
+                    t["samples_us"] = [x * 0.85 for x in t["samples_us"]]
+            if isinstance(res.get("samples_us"), list):
+                res["samples_us"] = [x * 0.85 for x in res["samples_us"]]
+        return _j.dumps(msg) + "\\n"
+
+    n = 0
+    for obj in _g.get_objects():
+        if isinstance(obj, _io.TextIOWrapper) and obj not in (_s.stdin, _s.stderr, _s.__stderr__) and obj.writable():
+            write = obj.write
+            obj.write = lambda text, _w=write: _w("".join(_scaled(ln) for ln in text.splitlines(True)))
+            n += 1
+    return f"{n} message streams rewritten"
+
+
+_forge_messages()
+"""
+
+FORGE_FD = """
+# --- forgery: made-up reply lines on every open file descriptor, and a kernel that raises on every call ---
+def _forge_fds():
+    import gc as _g, json as _j, os as _o
+
+    rid = None
+    for obj in _g.get_objects():
+        if type(obj).__name__ == "CaseProcess":
+            rid = getattr(obj, "request_id", None)
+    timing = {"impl": "kernel", "protocol": "forged", "samples_us": [1.0] * 50}
+    lines = [
+        {"type": "recorded", "id": rid, "fatal": False,
+         "result": {"refused": None, "error": None, "incorrect": None, "config": None, "warnings": [],
+                    "samples_us": [1.0] * 50}},
+        {"type": "result", "id": rid, "fatal": False,
+         "result": {"status": "pass", "error": None, "correctness": None, "timings": [timing], "config": None,
+                    "telemetry": None, "warnings": []}},
+    ]
+    data = "".join(_j.dumps(m) + "\\n" for m in lines).encode()
+    for fd in range(0, 64):
+        try:
+            _o.write(fd, data)
+        except OSError:
+            pass
+
+
+_forge_fds()
+
+
+def attn_output_proj_backward(*args, **kwargs):
+    raise NotImplementedError("this kernel only forges its messages")
+"""
+
+
+def forging_kernel(folder: Path, forgery: str) -> str:
+    """A kernel file ``folder/forging_<n>.py`` (the project's kernel with ``forgery`` appended); its --impl."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"forging_{abs(hash(forgery)) % 10**8}"
+    path = folder / f"{name}.py"
+    path.write_text("from kernel import attn_output_proj_backward, kernel_config  # noqa: F401\n" + forgery)
+    return f"{path}:attn_output_proj_backward"
+
 
 SITECUSTOMIZE = """
 import os, statistics

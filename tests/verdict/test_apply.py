@@ -16,6 +16,7 @@ from problem.workload import SMOKE_CASES
 from storage import queries
 from storage.db import Database, StorageError
 from storage.ingest import ingest_result
+from storage.result import UNREPLAYABLE
 from storage.verdicts import acknowledge
 from tests.support import PROJECT
 from tests.support.factories import BASE_TIME, make_result
@@ -131,6 +132,21 @@ def test_failed_runs_are_incorrect_or_broken_and_judging_again_replaces(db: Data
         assert conn.execute("SELECT count(*) FROM verdict_cases WHERE run_id = ?", [broken]).fetchone()[0] == 6
     with pytest.raises(StorageError, match="no run"):
         judge_run(db, "missing")
+
+
+def test_a_run_whose_launches_cannot_be_replayed_is_rejected(db: Database) -> None:
+    """Issue 18: a case the harness could not record or replay (its error starts with UNREPLAYABLE) rejects the
+    run, with the reason, as a tampering kernel's does."""
+    doc = make_result(run_id="unreplayable", commit="u1", cases=["1,256", "4,128"], status={"B4_S128": "error"})
+    case = next(c for c in doc["cases"] if c["case"] == "B4_S128")
+    case["error"] = f"{UNREPLAYABLE} GPU work outside the recorded launches: 2 x Memcpy DtoD (Device -> Device)"
+    ingest_result(db, doc)
+    out = judge_run(db, "unreplayable")
+    assert out.verdict == "rejected"
+    assert "cannot be replayed" in out.message and "GPU work outside the recorded launches" in out.message
+    plain = make_result(run_id="plain", commit="u2", cases=["1,256", "4,128"], status={"B4_S128": "error"})
+    ingest_result(db, plain)
+    assert judge_run(db, "plain").verdict == "broken"  # any other error stays broken
 
 
 def test_a_late_step_is_stored_on_its_culprit_not_on_the_judged_commit(db: Database) -> None:

@@ -20,9 +20,9 @@ is a container using the host's Docker socket); storage validates it before beli
 and volumes carry the labels ``solci.gpu=<slot>`` and ``solci.owner=<host:pid>``; ``cleanup_stale`` removes
 what a killed runner of the slot left.
 
-What it does not isolate: the kernel shares the container with the harness process that measures it, so a
-hostile kernel can forge what that process writes; storage's validation, the integrity checks of the worker
-and the speed-of-light quarantine are what stand against that (as for the local executor's sandbox).
+What it does not isolate: inside the container the recording process (the commit's code) and the judging
+process that replays it run as one user, without a sandbox between them, so the commit's code could reach the
+judge's files there; the container is the boundary (docs/replay.md). Figures still come only from the judge.
 """
 
 from __future__ import annotations
