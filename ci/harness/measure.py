@@ -237,6 +237,25 @@ class CaseProcessDied(Exception):
     pass
 
 
+class MessageOverflow(CaseProcessDied):
+    """A worker wrote more to its message stream than a reader keeps: a line or a request's total over the limit."""
+
+
+# What the parent reads of one worker's messages (issue 19): a line, and everything between two requests.
+MESSAGE_LINE_LIMIT_ENV = "SOLCI_MESSAGE_LINE_LIMIT_MB"
+MESSAGE_TOTAL_LIMIT_ENV = "SOLCI_MESSAGE_TOTAL_LIMIT_MB"
+DEFAULT_MESSAGE_LINE_LIMIT_MB = 16
+DEFAULT_MESSAGE_TOTAL_LIMIT_MB = 64
+
+
+def _limit_chars(env: str, default_mb: float) -> int:
+    try:
+        mb = float(os.environ.get(env) or default_mb)
+    except ValueError:
+        mb = default_mb
+    return max(1024, int(mb * 2**20))
+
+
 @dataclass(frozen=True)
 class Isolation:
     """Where the worker runs: the commit's tree it measures (None: this installation's own kernel), the sandbox
@@ -291,16 +310,31 @@ class CaseProcessHandle:
             bufsize=1,
             start_new_session=True,
         )
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.lines: queue.Queue[str | MessageOverflow | None] = queue.Queue()
+        self.received = 0  # characters of messages since the last request
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        """Queue the worker's lines; past a limit, queue why and stop reading (the worker is then killed)."""
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        line_limit = _limit_chars(MESSAGE_LINE_LIMIT_ENV, DEFAULT_MESSAGE_LINE_LIMIT_MB)
+        total_limit = _limit_chars(MESSAGE_TOTAL_LIMIT_ENV, DEFAULT_MESSAGE_TOTAL_LIMIT_MB)
+        while True:
+            line = self.proc.stdout.readline(line_limit + 1)
+            if not line:
+                break
+            if len(line) > line_limit:
+                self.lines.put(MessageOverflow(f"the worker wrote a message line longer than {line_limit} characters"))
+                return
+            self.received += len(line)
+            if self.received > total_limit:
+                self.lines.put(MessageOverflow(f"the worker wrote more than {total_limit} characters of messages"))
+                return
             self.lines.put(line)
         self.lines.put(None)
 
     def send(self, msg: dict) -> None:
+        self.received = 0  # a request's messages are counted from here
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(msg) + "\n")
@@ -317,6 +351,9 @@ class CaseProcessHandle:
                 raise TimeoutError from None
             if line is None:
                 raise CaseProcessDied(self.describe_exit())
+            if isinstance(line, MessageOverflow):
+                self.kill()
+                raise line
             try:
                 return json.loads(line)
             except json.JSONDecodeError:

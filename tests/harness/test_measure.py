@@ -385,3 +385,31 @@ def test_a_kernel_printing_without_end_cannot_fill_the_runners_disk(tmp_path):
     assert case["status"] == "error", case
     assert "File too large" in (case.get("error") or ""), case.get("error")
     assert proc.returncode != 0
+
+
+@pytest.mark.parametrize(
+    ("fake", "env", "match"),
+    [
+        ("floods_messages", {"SOLCI_MESSAGE_LINE_LIMIT_MB": "1"}, "a message line longer than 1048576 characters"),
+        ("floods_message_lines", {"SOLCI_MESSAGE_TOTAL_LIMIT_MB": "1"}, "more than 1048576 characters of messages"),
+    ],
+)
+def test_a_worker_flooding_its_message_stream_is_killed_not_read(tmp_path, fake, env, match):
+    """Issue 19, finding 2: 800 MB written to the message pipe without a newline made the harness (outside the
+    sandbox) grow to 1.5 GB in 2 s. The parent reads a line, and a request's messages, up to a limit; past it the
+    worker is killed and the case is an error naming the limit."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "ci.cli", "measure", "--mode", "cpu-interpreter", "--cases", "1,1"),
+            *("--impl", f"{FAKES}:{fake}", "--case-timeout", "120", "--out", str(out)),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **env),
+    )
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["status"] == "error" and match in (case["error"] or ""), case["error"]
+    assert proc.returncode == 1

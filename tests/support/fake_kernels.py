@@ -190,6 +190,38 @@ def floods_stderr(go, x, w, *, out=None):
     return good(go, x, w, out=out)
 
 
+def _message_streams() -> list:
+    """The worker's message stream(s), found among the process's objects as a hostile kernel would."""
+    import gc
+    import io
+
+    return [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, io.TextIOWrapper)
+        and obj not in (sys.stdin, sys.stderr, sys.__stderr__)
+        and obj.writable()
+        and not obj.closed
+    ]
+
+
+def floods_messages(go, x, w, *, out=None):
+    """Writes 4 MiB without a newline to its process's message stream, then computes correctly."""
+    for stream in _message_streams():
+        stream.write("x" * (4 << 20))
+        stream.flush()
+    return good(go, x, w, out=out)
+
+
+def floods_message_lines(go, x, w, *, out=None):
+    """Writes 40 lines of 100 KiB (each shorter than a line limit, 4 MiB in all) to its message stream."""
+    for stream in _message_streams():
+        for _ in range(40):
+            stream.write("y" * (100 << 10) + "\n")
+        stream.flush()
+    return good(go, x, w, out=out)
+
+
 BEHAVIOUR_BY_BATCH = {1: raises, 2: wrong, 3: unwritten, 4: mutates, 5: segfaults, 6: good, 7: hangs, 8: good, 9: exits}
 
 
