@@ -29,6 +29,7 @@ ENV PYTHONPATH=/src \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     SOLCI_DB=/data/history.duckdb
-# Measurements run unprivileged (docker-compose.yml runs its services as root: see there).
-USER solci
+# Measurements run unprivileged, as the user solci named by its uid (a cluster's run-as-non-root policy can only
+# check a number; docker-compose.yml runs its services as root: see there).
+USER 10001
 CMD ["python", "-m", "ci.cli", "--help"]

@@ -1,8 +1,9 @@
 """The result document: the contract between the measuring harness (``solci measure``) and storage, owned by
 the side that stores it. Storage believes nothing a document says without ``validate``: the structure below,
 then the rules of ``check`` (finite positive timings within bounds, as many samples as the protocol's
-iterations, statistics that match their samples, known statuses, case names that are cases, sane sizes). A
-document that fails is stored as a rejected run with the reason (``storage.ingest.reject``), never as figures.
+iterations, statistics that match their samples, known statuses, case names that are cases, sane sizes, bounded
+configuration, telemetry and warnings). A document that fails is stored as a rejected run with the reason
+(``storage.ingest.reject``), never as figures.
 
 Schema (version 1)::
 
@@ -205,6 +206,12 @@ MAX_CASES = 256
 MAX_SAMPLES = 100_000
 MAX_SAMPLE_US = 1.0e9  # 1000 s: an interpreter case is seconds, nothing is this slow
 MAX_TEXT = 200_000  # characters of any string (an error message with its traceback tail)
+# What a case may carry beside its figures (issue 19: a kernel's configuration that described itself as ~50 MB
+# of small strings grew the history from 9.7 MB to 62 MB in one run).
+MAX_DESCRIPTION_BYTES = 16 * 1024  # config, telemetry: compact JSON
+MAX_DEPTH = 4  # nesting of config and telemetry
+MAX_WARNINGS = 32
+MAX_WARNING_CHARS = 2_000
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _CASE = re.compile(r"^B([1-9][0-9]{0,6})_S([1-9][0-9]{0,7})$")
 _REL = 1e-6  # statistics recomputed from samples must agree to this
@@ -271,6 +278,7 @@ def check(doc: dict) -> dict:
             raise RejectedResult(f"{where}.case: {c['case']} appears twice")
         seen.add(c["case"])
         _finite_nonneg(c["wall_s"], f"{where}.wall_s")
+        _bounded_case_extras(c, where)
         medians: dict[tuple[str, str], float] = {}
         for j, t in enumerate(c["timings"]):
             tw = f"{where}.timings[{j}]"
@@ -321,6 +329,37 @@ def check(doc: dict) -> dict:
     if suite["score"] is not None and not 0.0 <= suite["score"] <= 1.0:
         raise RejectedResult(f"result.suite.score: {suite['score']!r} is outside [0, 1]")
     return doc
+
+
+def _depth(obj: Any) -> int:
+    if isinstance(obj, dict):
+        return 1 + max((_depth(v) for v in obj.values()), default=0)
+    if isinstance(obj, list):
+        return 1 + max((_depth(v) for v in obj), default=0)
+    return 0
+
+
+def _bounded_case_extras(c: dict, where: str) -> None:
+    """A case's configuration, telemetry and warnings within their bounds."""
+    for key in ("config", "telemetry"):
+        value = c.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise RejectedResult(f"{where}.{key}: expected an object or null")
+        if _depth(value) > MAX_DEPTH:
+            raise RejectedResult(f"{where}.{key}: nested deeper than {MAX_DEPTH} levels")
+        size = len(json.dumps(value, separators=(",", ":"), default=str))
+        if size > MAX_DESCRIPTION_BYTES:
+            raise RejectedResult(f"{where}.{key}: {size} bytes of JSON (at most {MAX_DESCRIPTION_BYTES})")
+    warnings = c.get("warnings")
+    if warnings is None:
+        return
+    if not isinstance(warnings, list) or len(warnings) > MAX_WARNINGS:
+        raise RejectedResult(f"{where}.warnings: expected a list of at most {MAX_WARNINGS} texts")
+    for i, w in enumerate(warnings):
+        if not isinstance(w, str) or len(w) > MAX_WARNING_CHARS:
+            raise RejectedResult(f"{where}.warnings[{i}]: expected a text of at most {MAX_WARNING_CHARS} characters")
 
 
 def _finite_nonneg(x: Any, where: str) -> None:

@@ -116,7 +116,8 @@ def test_dockerfile_caches_dependencies_before_the_source() -> None:
     copies = [ln for ln in lines if ln[0] == "COPY"]
     assert copies[0] == ["COPY", "pyproject.toml"] and copies[-1] == ["COPY", "."]
     assert ["ARG", "BASE_IMAGE=solci-deps:latest"] in lines
-    assert lines[-2] == ["USER", "solci"]  # what is measured runs unprivileged
+    assert lines[-2] == ["USER", "10001"]  # what is measured runs unprivileged, named by uid (issue 19)
+    assert "--uid 10001" in (PROJECT / "Dockerfile").read_text()  # ... which is the user solci
 
 
 # ------------------------------------------------------------------------------------------------ ./dev down

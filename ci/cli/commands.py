@@ -33,6 +33,7 @@ from ci.cli.common import (
     runner_config,
     wait_for_jobs,
 )
+from ci.harness.terminal import visible
 from ci.service import hooks
 from ci.service.runner import JobRunner, exit_code_for
 from ci.service.triggers import PollResult, enqueue_commits, guess_branch, poll, resolve_revisions, watch
@@ -90,7 +91,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         job_ids = [q.job_id for q in result.queued]
         jobs = wait_for_jobs(db, job_ids, runner, stop=stop)
         for job in jobs.values():
-            print(f"{job.commit}  {(job.outcome or job.status).upper()}  (job {job.id})")
+            print(visible(f"{job.commit}  {(job.outcome or job.status).upper()}  (job {job.id})"))
         return jobs_exit_code(job_ids, jobs)  # 130 when a stop signal left a queued commit unmeasured
 
     if runner is not None:

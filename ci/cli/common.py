@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ci.harness.args import EXIT_INTERRUPTED, bounded
+from ci.harness.terminal import visible
 from ci.service.executors.base import EXECUTOR_KINDS, ExecutorUnavailable, MeasureOptions
 from ci.service.fleet import detect_gpu_model
 from ci.service.gitutil import GitError
@@ -64,11 +65,11 @@ def open_db(args: argparse.Namespace, *, create: bool = True) -> Any:
 
 
 def error(msg: str) -> None:
-    print(f"solci: error: {msg}", file=sys.stderr)
+    print(f"solci: error: {visible(msg)}", file=sys.stderr)
 
 
 def echo(msg: str) -> None:
-    print(f"solci: {msg}", file=sys.stderr, flush=True)
+    print(f"solci: {visible(msg)}", file=sys.stderr, flush=True)
 
 
 def handles_errors(func: Handler) -> Handler:
@@ -103,8 +104,9 @@ def print_table(df: pd.DataFrame, *, empty: str = "(no rows)", max_colwidth: int
     if df is None or df.empty:
         print(empty)
         return
+    text = df.map(lambda v: visible(v) if isinstance(v, str) else v)  # cells may hold a commit's text
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_rows", None):
-        print(df.to_string(index=False, max_colwidth=max_colwidth))
+        print(text.to_string(index=False, max_colwidth=max_colwidth))
 
 
 def add_db_argument(p: argparse.ArgumentParser) -> None:
@@ -220,10 +222,10 @@ def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:
         f"{report.wall_s:.0f} s)"
     )
     if not report.recorded:
-        print(f"  NOT RECORDED: {report.message}")
+        print(f"  NOT RECORDED: {visible(report.message)}")
     v = verdict(db, report.run_id) if report.run_id else None
     if v is not None:
-        print(f"  {v['message']}")
+        print(f"  {visible(v['message'])}")
         if v.get("step_id"):
             cases = step_cases(db, v["step_id"])
             if not cases.empty:
@@ -231,7 +233,7 @@ def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:
     if show_log or report.outcome not in ("passed", "regressed", "improved", "not_reproduced", "ambiguous"):
         tail = report.log.strip().splitlines()[-40:]
         print(f"--- log (tail; full log: solci jobs --log {report.job_id}) ---")
-        print("\n".join(tail))
+        print(visible("\n".join(tail)))
 
 
 def format_changes(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:

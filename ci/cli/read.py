@@ -25,6 +25,7 @@ from ci.cli.common import (
     open_db,
     print_table,
 )
+from ci.harness.terminal import visible
 from problem.workload import Case
 from storage.jobs import get_job, list_jobs
 from storage.queries import changes, history, records, run_sql, step_cases, stored_values
@@ -232,9 +233,9 @@ def cmd_flags(args: argparse.Namespace) -> int:
     else:
         for row, full in zip(view.itertuples(index=False), df.itertuples(index=False), strict=True):
             print(f"{row.created_at}  {row.commit}  {row.status}  {row.direction}  suite {row.suite}  ({row.hardware})")
-            print(f"  {full.message}")
+            print(f"  {visible(full.message)}")
             if isinstance(full.ack_reason, str) and full.ack_reason:
-                print(f"  acknowledged: {full.ack_reason}")
+                print(f"  acknowledged: {visible(full.ack_reason)}")
             cases = step_cases(db, full.step_id)
             if not cases.empty:
                 print_table(format_numbers(cases), max_colwidth=40)
@@ -266,8 +267,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         job = get_job(db, args.log)
         if job is None:
             raise ValueError(f"no job {args.log} in {db.path}")
-        print(f"job {job.id}: {job.commit} {job.status} {job.outcome or ''}".rstrip())
-        print(job.log or "(no log)")
+        print(visible(f"job {job.id}: {job.commit} {job.status} {job.outcome or ''}".rstrip()))
+        print(visible(job.log or "(no log)"))
         return 0
     rows = [
         {

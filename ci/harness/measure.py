@@ -35,6 +35,7 @@ from ci.harness import plan as plan_contract
 from ci.harness import sandbox
 from ci.harness.args import bounded, dispatch
 from ci.harness.sandbox import SANDBOX_KINDS
+from ci.harness.terminal import visible
 from ci.harness.timing import GPU_TIMERS, Protocol, harness_version, make_protocols
 from problem.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
 from storage.result import IMPLS, SCHEMA_VERSION, timing_stats, validate
@@ -605,7 +606,7 @@ def case_line(rec: dict, protocols: list[Protocol]) -> str:
     parts.append(f"({rec['wall_s']:.1f} s)")
     line = "  ".join(parts)
     if rec["status"] != "pass" and rec.get("error"):
-        line += "\n" + " " * 13 + rec["error"].strip().splitlines()[0][:300]
+        line += "\n" + " " * 13 + visible(rec["error"].strip().splitlines()[0][:300])
     return line
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ci.harness.terminal import visible
 from ci.service import fleet
 from ci.service.executors import choose_executor
 from ci.service.executors.base import Execution, Executor, MeasureOptions, clip_log
@@ -179,14 +180,14 @@ class RunnerLog:
 
     def __call__(self, event: str, *, to: Where = "both", detail: str = "") -> None:
         if self.job_id is None:
-            self.echo(event)
+            self.echo(visible(event))
             return
         if to != "terminal":
             self.lines.append(f"[solci] {event}")
             if detail:
                 self.lines.append(detail)
         if to != "log":
-            self.echo(f"job {self.job_id}: {event}")
+            self.echo(visible(f"job {self.job_id}: {event}"))
 
     def output(self, text: str) -> None:
         """A measurement's own log, into the job's stored log as it is."""

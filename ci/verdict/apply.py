@@ -327,6 +327,11 @@ def _functional(info: dict, cases: pd.DataFrame) -> tuple[str, str]:
     if bad.empty:
         if info["mode"] != "gpu":
             return "functional", f"{len(cases)} cases correct ({info['mode']}: a functional check, not a speed figure)"
+        if not info.get("gpu_model"):  # no speed of light to check the figures against: never judged for speed
+            return "functional", (
+                f"{len(cases)} cases correct on {info.get('hardware_label') or 'a GPU'} of no known model (no speed "
+                "of light to check its figures against: a functional check, not a speed figure)"
+            )
         return "pass", ""
     incorrect = bad[bad["status"] == "incorrect"]
     first = bad.iloc[0]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,7 +13,6 @@ from ci.harness.timing import Protocol, make_protocols
 from problem.correctness import check_rounds as check_correctness
 from problem.workload import CASES, SMOKE_CASES, Case, t_sol_us
 from storage.result import validate
-from tests.support import PROJECT
 from tests.support import fake_kernels as fk
 from tests.support.hostile import FORGE_FD, forging_kernel
 from tests.support.measure import FAKES, run_measure
@@ -367,24 +363,15 @@ def test_a_kernel_printing_without_end_cannot_fill_the_runners_disk(tmp_path):
     """Audit (stop 16): the worker's stderr goes to a file on the runner's disk, unbounded: a kernel printing in
     a loop for the whole case timeout could fill it. The worker caps every file it writes (RLIMIT_FSIZE, soft and
     hard, before the kernel is imported); past it the kernel's writes fail and the case is an error."""
-    env = dict(os.environ, SOLCI_WORKER_FILE_LIMIT_MB="4")
-    out = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "ci.cli", "measure", "--mode", "cpu-interpreter", "--cases", "1,3"),
-            *("--impl", f"{FAKES}:floods_stderr", "--case-timeout", "60", "--out", str(out)),
-        ],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+    rc, doc, _ = run_measure(
+        tmp_path,
+        *("--mode", "cpu-interpreter", "--cases", "1,3", "--impl", f"{FAKES}:floods_stderr", "--case-timeout", "60"),
+        env={"SOLCI_WORKER_FILE_LIMIT_MB": "4"},
     )
-    doc = json.loads(out.read_text())
     case = doc["cases"][0]
     assert case["status"] == "error", case
     assert "File too large" in (case.get("error") or ""), case.get("error")
-    assert proc.returncode != 0
+    assert rc != 0
 
 
 @pytest.mark.parametrize(
@@ -398,18 +385,33 @@ def test_a_worker_flooding_its_message_stream_is_killed_not_read(tmp_path, fake,
     """Issue 19, finding 2: 800 MB written to the message pipe without a newline made the harness (outside the
     sandbox) grow to 1.5 GB in 2 s. The parent reads a line, and a request's messages, up to a limit; past it the
     worker is killed and the case is an error naming the limit."""
-    out = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "ci.cli", "measure", "--mode", "cpu-interpreter", "--cases", "1,1"),
-            *("--impl", f"{FAKES}:{fake}", "--case-timeout", "120", "--out", str(out)),
-        ],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, **env),
+    rc, doc, err = run_measure(
+        tmp_path,
+        *("--mode", "cpu-interpreter", "--cases", "1,1", "--impl", f"{FAKES}:{fake}", "--case-timeout", "120"),
+        env=env,
     )
-    (case,) = json.loads(out.read_text())["cases"]
+    (case,) = doc["cases"]
     assert case["status"] == "error" and match in (case["error"] or ""), case["error"]
-    assert proc.returncode == 1
+    assert rc == 1, err
+
+
+def test_a_kernel_describing_itself_at_length_is_not_stored_at_length(tmp_path):
+    """Issue 19, finding 3: a kernel whose configuration described itself as ~50 MB of small strings was stored
+    per case. What the kernel says of its configuration is kept only within the plan contract's bounds."""
+    path = tmp_path / "verbose.py"
+    path.write_text(
+        "from tests.support.fake_kernels import good as attn_output_proj_backward  # noqa: F401\n\n\n"
+        "class _Config:\n"
+        "    def as_dict(self):\n"
+        "        return {f'k{i}': 'x' * 50 for i in range(100_000)}\n\n\n"
+        "def kernel_config(m, device):\n"
+        "    return _Config()\n"
+    )
+    rc, doc, err = run_measure(
+        tmp_path, "--mode", "cpu-interpreter", "--cases", "1,1", "--impl", f"{path}:attn_output_proj_backward"
+    )
+    assert rc == 0, err
+    (case,) = doc["cases"]
+    assert case["status"] == "pass" and case["config"] is None
+    assert any("configuration was not kept" in w for w in case["warnings"]), case.get("warnings")
+    assert len(json.dumps(doc)) < 200_000

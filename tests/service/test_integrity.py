@@ -262,6 +262,12 @@ def _bad(**change) -> dict:
         ({"wall_s": float("nan")}, "NaN or infinite"),
         ({"commit": "x" * 300_000}, "characters"),
         ({"measured_by": "direct"}, "never stored as a CI result"),
+        # issue 19, finding 3: a configuration describing itself as megabytes of small strings
+        ({"cases__0__config": {f"k{i}": "x" * 60 for i in range(400)}}, r"config: \d+ bytes of JSON \(at most 16384\)"),
+        ({"cases__0__config": {"a": {"b": {"c": {"d": {"e": 1}}}}}}, "config: nested deeper than 4 levels"),
+        ({"cases__0__telemetry": {"before": {"x": "y" * 20_000}}}, "telemetry: .* bytes of JSON"),
+        ({"cases__0__warnings": ["careful"] * 33}, "warnings: expected a list of at most 32 texts"),
+        ({"cases__0__warnings": ["w" * 2001]}, r"warnings\[0\]: expected a text of at most 2000 characters"),
         ({"measured_by": "my own laptop"}, "is not one of"),
     ],
 )
@@ -317,6 +323,21 @@ def test_faster_than_the_speed_of_light_is_quarantined_never_a_record(tmp_path: 
     ingest_result(db, later)
     judge_run(db, "later", ancestry=["c3", "c2", "c1"])
     assert queries.verdict(db, "later")["level_commits"] == 1, "a quarantined run is no baseline"
+
+
+def test_a_gpu_of_no_known_model_is_never_judged_for_speed_nor_a_record(tmp_path: Path) -> None:
+    """Issue 19, finding 8: a GPU run whose model is unknown has no speed of light to check its figures against;
+    a 1e-9 us figure was stored as a pass. It is stored, labelled, judged functional only, and no record."""
+    db = open_database(tmp_path / "h.duckdb")
+    unknown = dict(gpu_model=None, hardware_label="NVIDIA Mystery GPU", mode="gpu")
+    ingest_result(db, make_result(run_id="m1", commit="c1", **unknown))
+    forged = make_result(run_id="m2", commit="c2", medians={"B1_S256": 1e-9}, **unknown)
+    ingest_result(db, forged)
+    for run_id, ancestry in (("m1", ["c1"]), ("m2", ["c2", "c1"])):
+        out = judge_run(db, run_id, ancestry=ancestry)
+        assert out.verdict == "functional" and "no known model" in out.message, out.message
+    assert queries.records(db).query("kind == 'project'").empty
+    assert queries.run_info(db, "m2")["hardware_label"] == "NVIDIA Mystery GPU"
 
 
 def test_a_runner_checks_the_gpu_the_document_claims(tmp_path: Path) -> None:

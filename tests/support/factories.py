@@ -96,6 +96,7 @@ def make_result(
     control_scale: float = 1.0,
     clock_mhz: float | None = None,
     throttle: Sequence[str] = (),
+    mode: str | None = None,
 ) -> dict:
     """A valid result document; see the module docstring."""
     run_id = run_id or uuid.uuid4().hex
@@ -199,7 +200,7 @@ def make_result(
         "started_at": t0.isoformat(),
         "finished_at": (t0 + timedelta(seconds=30)).isoformat(),
         "wall_s": 30.0,
-        "mode": "gpu" if model else "cpu-interpreter",
+        "mode": mode or ("gpu" if model else "cpu-interpreter"),
         "hardware": hardware,
         "protocol": protocol,
         "protocols": [proto],

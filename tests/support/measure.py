@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,10 @@ from tests.support import PROJECT
 FAKES = str(PROJECT / "tests" / "support" / "fake_kernels.py")
 
 
-def run_measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, dict | None, str]:
+def run_measure(
+    tmp_path: Path, *args: str, name: str = "r.json", env: dict[str, str] | None = None
+) -> tuple[int, dict | None, str]:
+    """``solci measure ARGS --out tmp_path/name`` with ``env`` added to this process's environment."""
     out = tmp_path / name
     proc = subprocess.run(
         [sys.executable, "-m", "ci.cli", "measure", *args, "--out", str(out)],
@@ -21,6 +25,7 @@ def run_measure(tmp_path: Path, *args: str, name: str = "r.json") -> tuple[int, 
         capture_output=True,
         text=True,
         timeout=600,
+        env=dict(os.environ, **(env or {})),
     )
     doc = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, doc, proc.stderr
