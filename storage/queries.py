@@ -7,10 +7,14 @@ GPU model ("H200"); ``protocol`` filters match the protocol hash or its name.
 
 from __future__ import annotations
 
+import re
+import threading
+
 import duckdb
 import pandas as pd
 
 from problem.workload import Case
+from storage.backend import READ_ONLY_CONFIG
 from storage.db import Database, StorageError
 from storage.schema import BOUNDARY_STATUSES, SUITE
 
@@ -256,13 +260,29 @@ def sample_spread(db: Database, run_ids: list[str]) -> pd.DataFrame:
         ).df()
 
 
-def run_sql(db: Database, query: str) -> pd.DataFrame:
+# Statements that read or write a folder of files whatever the connection allows (DuckDB expands them while it
+# parses): refused before anything parses them.
+_FOLDER_STATEMENTS = re.compile(r"\b(import_database|export_database)\b", re.IGNORECASE)
+SQL_TIMEOUT_S = 30.0
+SQL_MAX_ROWS = 10_000
+
+
+def run_sql(db: Database, query: str, *, timeout_s: float | None = None, max_rows: int | None = None) -> pd.DataFrame:
     """Run read-only SQL (SELECT, EXPLAIN, PRAGMA, CALL; several statements: the last one's result) on a
     read-only, locked-down connection (``storage.db.READ_ONLY_CONFIG``: no file but the history, no network,
-    no extension, no setting changed). Anything else (INSERT, UPDATE, CREATE, COPY, ATTACH, SET ...) is refused,
-    and so is a SELECT that reaches outside the history (read_csv, read_text, glob, a URL)."""
+    no extension, no setting changed), parsed on that connection too. Anything else (INSERT, UPDATE, CREATE,
+    COPY, ATTACH, SET, import/export_database ...) is refused, and so is a SELECT that reaches outside the
+    history (read_csv, read_text, glob, a URL). ``timeout_s``: the query is interrupted after that long;
+    ``max_rows``: at most that many rows are fetched (``df.attrs["truncated"]`` says when there were more)."""
+    if _FOLDER_STATEMENTS.search(query):
+        raise StorageError("sql: refused: import_database / export_database read or write folders of files")
+    # Parsed on a locked-down connection of its own (never DuckDB's default one, whose parse expands pragmas with
+    # full access), before the history is opened: a write is refused even where there is no history.
     try:
-        statements = duckdb.extract_statements(query)
+        with duckdb.connect(":memory:", config=dict(READ_ONLY_CONFIG)) as parser:
+            statements = parser.extract_statements(query)
+    except duckdb.PermissionException as exc:
+        raise StorageError(f"sql: refused: `solci sql` reads the history only: {exc}") from None
     except duckdb.Error as exc:
         raise StorageError(f"sql: cannot parse the query: {exc}") from None
     if not statements:
@@ -276,23 +296,52 @@ def run_sql(db: Database, query: str) -> pd.DataFrame:
                 "by `solci run` and the runner."
             )
     with db.read() as conn:
-        result = None
-        for st in statements:
-            try:
-                result = conn.execute(st.query)
-            except duckdb.PermissionException as exc:
-                raise StorageError(
-                    f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): {exc}"
-                ) from None
-            except duckdb.InvalidInputException as exc:
-                if "read-only" in str(exc) or "configuration" in str(exc):
-                    raise StorageError(f"sql: refused, the database is opened read-only and locked: {exc}") from None
-                raise StorageError(f"sql: {exc}") from None
-            except duckdb.Error as exc:
-                raise StorageError(f"sql: {exc}") from None
-        if result is None or result.description is None:
-            return pd.DataFrame()
+        timer = threading.Timer(timeout_s, conn.interrupt) if timeout_s else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            return _execute(conn, statements, max_rows)
+        except duckdb.InterruptException:
+            raise StorageError(f"sql: stopped after {timeout_s:g} s (the query's time limit, --timeout)") from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+
+def _execute(conn: duckdb.DuckDBPyConnection, statements: list, max_rows: int | None) -> pd.DataFrame:
+    result = None
+    for st in statements:
+        try:
+            result = conn.execute(st.query)
+        except duckdb.InterruptException:
+            raise
+        except duckdb.PermissionException as exc:
+            raise StorageError(
+                f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): {exc}"
+            ) from None
+        except duckdb.InvalidInputException as exc:
+            if "read-only" in str(exc) or "configuration" in str(exc):
+                raise StorageError(f"sql: refused, the database is opened read-only and locked: {exc}") from None
+            raise StorageError(f"sql: {exc}") from None
+        except duckdb.Error as exc:
+            raise StorageError(f"sql: {exc}") from None
+    if result is None or result.description is None:
+        return pd.DataFrame()
+    if max_rows is None:
         return result.df()
+    parts, n = [], 0
+    while n <= max_rows:  # chunks (up to a vector each, fewer rows after a filter) until one row past the cap
+        chunk = result.fetch_df_chunk(1)
+        if chunk.empty:
+            break
+        parts.append(chunk)
+        n += len(chunk)
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts[0] if parts else result.df())
+    truncated = n > max_rows
+    df = df.head(max_rows)
+    df.attrs["truncated"] = truncated
+    return df
 
 
 # ------------------------------------------------------------------------------------------------ judging

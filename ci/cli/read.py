@@ -28,7 +28,16 @@ from ci.cli.common import (
 from ci.harness.terminal import visible
 from problem.workload import Case
 from storage.jobs import get_job, list_jobs
-from storage.queries import changes, history, records, run_sql, step_cases, stored_values
+from storage.queries import (
+    SQL_MAX_ROWS,
+    SQL_TIMEOUT_S,
+    changes,
+    history,
+    records,
+    run_sql,
+    step_cases,
+    stored_values,
+)
 from storage.schema import STEP_STATUSES
 
 # Column names -> how their numbers print (format_numbers).
@@ -254,8 +263,10 @@ def cmd_records(args: argparse.Namespace) -> int:
 @handles_errors
 def cmd_sql(args: argparse.Namespace) -> int:
 
-    df = run_sql(open_db(args, create=False), args.query)
+    df = run_sql(open_db(args, create=False), args.query, timeout_s=args.timeout, max_rows=args.max_rows)
     print_table(format_numbers(df, raw=True), max_colwidth=args.max_colwidth)
+    if df.attrs.get("truncated"):
+        print(f"(the first {args.max_rows} rows; --max-rows N for more)")
     return 0
 
 
@@ -326,6 +337,15 @@ def register(subparsers: Any) -> None:
     p = one_line_errors(subparsers.add_parser("sql", help="a read-only SQL query on the history database"))
     p.add_argument("query", help='e.g. "SELECT commit, geomean_us FROM runs ORDER BY started_at"')
     p.add_argument("--max-colwidth", type=bounded(int, 4), default=80)
+    p.add_argument(
+        "--timeout",
+        type=bounded(float, 0, strict=True),
+        default=SQL_TIMEOUT_S,
+        help=f"seconds the query may run before it is stopped (default {SQL_TIMEOUT_S:g}): a read holds the history",
+    )
+    p.add_argument(
+        "--max-rows", type=bounded(int, 1), default=SQL_MAX_ROWS, help=f"rows printed at most (default {SQL_MAX_ROWS})"
+    )
     add_db_argument(p)
     p.set_defaults(func=cmd_sql)
 

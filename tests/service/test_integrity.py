@@ -411,3 +411,50 @@ def test_the_sandbox_binds_the_compiler_but_never_a_checkout(tmp_path: Path, mon
         binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
         assert str(prefix.resolve()) in binds
         assert not any(b.startswith(str(repo.path)) for b in binds)
+
+
+def test_sql_never_reads_a_folder_of_files_nor_the_network(tmp_path: Path) -> None:
+    """Issue 19, finding 4: the statement was parsed on DuckDB's default connection, whose parse expands
+    `PRAGMA import_database(...)`: a schema.sql in any readable folder ran and returned rows, errors told whether a
+    path exists, and with a URL DuckDB tried an extension install and sent a request to a local listener. Now the
+    statement is parsed on the locked connection, and import/export_database are refused before any parse."""
+    db = open_database(tmp_path / "h.duckdb")
+    ingest_result(db, make_result())
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "schema.sql").write_text("SELECT 42 AS leaked;")
+    listener = Listener()
+    try:
+        for query in (
+            f"PRAGMA import_database('{folder}')",
+            f"pragma Import_Database('{tmp_path / 'missing'}')",
+            f"PRAGMA import_database('http://127.0.0.1:{listener.port}/x')",
+            f"EXPORT DATABASE '{tmp_path / 'out'}'",
+        ):
+            with pytest.raises(StorageError, match="refused") as info:
+                queries.run_sql(db, query)
+            assert "leaked" not in str(info.value) and "schema.sql" not in str(info.value)
+    finally:
+        listener.close()
+    assert listener.hits == [] and not (tmp_path / "out").exists()
+
+
+def test_sql_stops_a_long_query_and_caps_its_rows(tmp_path: Path) -> None:
+    """Issue 19, finding 5 (the reader's part): a 10-million-row query ran 58 s, took 2.2 GB and printed every row
+    while it held the history. A query is interrupted after its time limit; at most --max-rows rows are fetched."""
+    db = open_database(tmp_path / "h.duckdb")
+    ingest_result(db, make_result())
+    with pytest.raises(StorageError, match=r"stopped after 0\.5 s"):
+        queries.run_sql(db, "SELECT count(*) FROM range(100000) a, range(100000) b", timeout_s=0.5)
+    df = queries.run_sql(db, "SELECT * FROM range(10000000)", max_rows=100)
+    assert len(df) == 100 and df.attrs["truncated"]
+    whole = queries.run_sql(db, "SELECT * FROM runs", max_rows=100)
+    assert len(whole) == 1 and not whole.attrs["truncated"]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci.cli", "sql", "--db", str(db.path), "--max-rows", "3", "SELECT * FROM range(10)"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0 and "(the first 3 rows; --max-rows N for more)" in proc.stdout
