@@ -182,13 +182,7 @@ def load_impl(spec: str, candidate: str | Path | None = None) -> tuple[Callable,
             mspec = importlib.util.spec_from_file_location(name, path)
             if mspec is None or mspec.loader is None:
                 raise ImportError(f"--impl: cannot load {path}")
-            module = importlib.util.module_from_spec(mspec)
-            sys.modules[name] = module
-            try:
-                mspec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
+            module = _execute_module(name, mspec)
     elif candidate is not None:
         module = _import_from_tree(mod_name, Path(candidate))
     else:
@@ -212,15 +206,21 @@ def _import_from_tree(mod_name: str, root: Path) -> types.ModuleType:
         spec = importlib.machinery.PathFinder.find_spec(top, [str(root)])
         if spec is None or spec.loader is None:
             raise ImportError(f"the commit has no package {top!r} (looked in {root})")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[top] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[top]
-            raise
+        _execute_module(top, spec)
         _LOADED[top] = root
     return importlib.import_module(mod_name)
+
+
+def _execute_module(name: str, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+    """A new module ``name`` from ``spec``, in ``sys.modules`` while and after it runs (not when it fails)."""
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _from_tree(module: types.ModuleType, root: Path) -> bool:
@@ -605,18 +605,6 @@ class CaseProcess:
             calls[0] += 1
             return self._call_buffers(b, s, seed + _TIMING_SEED_OFFSET * 7 + calls[0])
 
-        class _Profile:
-            def __enter__(self) -> _Profile:
-                self.cm = timing._cuda_profile()
-                self.prof = self.cm.__enter__()
-                return self
-
-            def __exit__(self, *exc: Any) -> None:
-                self.cm.__exit__(*exc)
-
-            def activities(self) -> list:
-                return timing._gpu_activities(self.prof)
-
         if not self.cupti:
             res["warnings"].append("GPU work outside the launches was not checked (CUPTI does not work here)")
         self.phase("recording")
@@ -627,7 +615,7 @@ class CaseProcess:
             b,
             s,
             lambda: torch.cuda.synchronize(self.device),
-            _Profile if self.cupti else None,
+            timing.ActivityProfile if self.cupti else None,
         )
         self.verify("after recording the kernel")
         recorded = {"calls": RECORDED_CALLS, "gpu_work_checked": bool(self.cupti), "warnings": res["warnings"][:4]}

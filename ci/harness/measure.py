@@ -751,6 +751,14 @@ def run_measure(args: argparse.Namespace) -> int:
     except (sandbox.SandboxUnavailable, ValueError) as exc:
         print(f"solci measure: {exc}", file=sys.stderr)
         return 2
+    module = args.impl.rpartition(":")[0]
+    if (kind == "bwrap" or args.candidate is not None) and (module.endswith(".py") or os.sep in module):
+        print(
+            f"solci measure: --impl {args.impl}: a kernel given as a file runs only unsandboxed, without --candidate "
+            "(--sandbox none); in a sandbox the kernel is a module of the tree measured (MODULE:FUNCTION)",
+            file=sys.stderr,
+        )
+        return 2
     if args.candidate is not None and not (args.candidate / "kernel").is_dir():
         print(f"solci measure: --candidate {args.candidate}: no kernel/ package in that tree", file=sys.stderr)
         return 1

@@ -291,17 +291,24 @@ def read_file(path: Path, cap: int, dir_fd: int | None = None) -> bytes:
 def load(folder: Path, batch_size: int, seq_len: int, limits: Limits) -> Plan:
     """Read and validate the plan in ``folder`` for the case (batch_size, seq_len) on a device with ``limits``."""
     raw = read_file(folder / PLAN_FILE, MAX_PLAN_BYTES)
+    doc = _parse(raw)
+    binaries = {name: read_file(folder / name, MAX_BINARY_BYTES) for name in _binary_names(doc)}
+    return validate(doc, binaries, batch_size, seq_len, limits)
+
+
+def _parse(raw: bytes) -> Any:
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RefusedPlan(f"plan.json: not JSON ({str(exc)[:120]})") from None
-    binaries: dict[str, bytes] = {}
-    if isinstance(doc, dict) and isinstance(doc.get("kernels"), list):
-        for k in doc["kernels"][:MAX_KERNELS]:
-            name = k.get("binary") if isinstance(k, dict) else None
-            if isinstance(name, str) and _BINARY.match(name) and name not in binaries:
-                binaries[name] = read_file(folder / name, MAX_BINARY_BYTES)
-    return validate(doc, binaries, batch_size, seq_len, limits)
+
+
+def _binary_names(doc: Any) -> list[str]:
+    """The binary files a plan document names (well-formed names only, each once, within the kernel cap)."""
+    kernels = doc.get("kernels") if isinstance(doc, dict) else None
+    kernels = kernels[:MAX_KERNELS] if isinstance(kernels, list) else []
+    names = (k.get("binary") for k in kernels if isinstance(k, dict))
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and _BINARY.match(n)))
 
 
 def collect(src: Path, dst: Path) -> None:
@@ -310,15 +317,9 @@ def collect(src: Path, dst: Path) -> None:
     folder = open_folder(src)
     try:
         raw = read_file(src / PLAN_FILE, MAX_PLAN_BYTES, folder)
-        try:
-            doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise RefusedPlan(f"plan.json: not JSON ({str(exc)[:120]})") from None
-        kernels = doc.get("kernels") if isinstance(doc, dict) else None
-        kernels = kernels[:MAX_KERNELS] if isinstance(kernels, list) else []
-        names = [k.get("binary") for k in kernels if isinstance(k, dict)]
+        doc = _parse(raw)
         dst.mkdir(parents=True, exist_ok=True)
-        for name in dict.fromkeys(n for n in names if isinstance(n, str) and _BINARY.match(n)):
+        for name in _binary_names(doc):
             (dst / name).write_bytes(read_file(src / name, MAX_BINARY_BYTES, folder))
         (dst / PLAN_FILE).write_bytes(raw)
     finally:

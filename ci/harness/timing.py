@@ -248,6 +248,22 @@ def _cuda_profile() -> Iterator[Any]:
             yield prof
 
 
+class ActivityProfile:
+    """``with ActivityProfile() as p: ...``, then ``p.activities()``: the GPU's activity records of the span (what
+    the recorder compares with the launches it saw)."""
+
+    def __enter__(self) -> ActivityProfile:
+        self._cm = _cuda_profile()
+        self._prof = self._cm.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
+
+    def activities(self) -> list[Activity]:
+        return _gpu_activities(self._prof)
+
+
 def _gpu_activities(prof: Any) -> list[Activity]:
     """GPU activity records (kernels, memcpy, memset) of a finished torch.profiler session, in ns."""
     from torch.autograd import DeviceType

@@ -13,6 +13,7 @@ from ci.harness.timing import Protocol, make_protocols
 from problem.correctness import check_rounds as check_correctness
 from problem.workload import CASES, SMOKE_CASES, Case, t_sol_us
 from storage.result import validate
+from tests.support import PROJECT
 from tests.support import fake_kernels as fk
 from tests.support.hostile import FORGE_FD, forging_kernel
 from tests.support.measure import FAKES, run_measure
@@ -415,3 +416,13 @@ def test_a_kernel_describing_itself_at_length_is_not_stored_at_length(tmp_path):
     assert case["status"] == "pass" and case["config"] is None
     assert any("configuration was not kept" in w for w in case["warnings"]), case.get("warnings")
     assert len(json.dumps(doc)) < 200_000
+
+
+def test_a_kernel_file_in_a_sandbox_is_refused_with_one_line(tmp_path):
+    """On the H200, ``--impl FILE.py:FUNCTION`` with the sandbox failed case by case with a path error from
+    inside it (the file is not in the sandbox). It is a usage error, said once, before any worker starts."""
+    rc, doc, err = run_measure(
+        tmp_path, "--mode", "cpu-interpreter", "--cases", "1,1", "--impl", f"{FAKES}:good", "--candidate", str(PROJECT)
+    )
+    assert rc == 2 and doc is None
+    assert "a kernel given as a file runs only unsandboxed" in err and "Traceback" not in err

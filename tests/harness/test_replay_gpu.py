@@ -24,23 +24,6 @@ def recorder():
     return Recorder()
 
 
-class _Profile:
-    def __enter__(self):
-        from ci.harness import timing
-
-        self.cm = timing._cuda_profile()
-        self.prof = self.cm.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.cm.__exit__(*exc)
-
-    def activities(self):
-        from ci.harness import timing
-
-        return timing._gpu_activities(self.prof)
-
-
 def _record(recorder, fn, b: int, s: int):
     from ci.harness.record import record_call
 
@@ -55,7 +38,9 @@ def _record(recorder, fn, b: int, s: int):
         known.update({("output", i): t for i, t in enumerate(outputs)})
         return inputs, outputs, known
 
-    return record_call(recorder, fn, make_call, b, s, lambda: torch.cuda.synchronize(dev), _Profile)
+    from ci.harness.timing import ActivityProfile
+
+    return record_call(recorder, fn, make_call, b, s, lambda: torch.cuda.synchronize(dev), ActivityProfile)
 
 
 @pytest.mark.parametrize("b,s", [(1, 256), (4, 1024), (3, 100), (8, 1024)])
