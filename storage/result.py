@@ -86,6 +86,9 @@ MEASURED_BY = ("replay", "interpreter", "direct")
 # A case's error starts with this when the harness could not record or replay its kernel's launches
 # (ci.harness.plan); a verdict then rejects the run, as for an error that starts with "integrity:".
 UNREPLAYABLE = "unreplayable:"
+# A case's error starts with this when the kernel's processes filled the write budget of their sandbox
+# (ci.harness.measure); a verdict then rejects the run too.
+OVER_BUDGET = "over budget:"
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:

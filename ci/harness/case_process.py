@@ -53,6 +53,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import traceback
@@ -60,6 +61,8 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+from ci.harness import sandbox
 
 _TIMING_SEED_OFFSET = 1_000_003
 KEEP_FOR_RECHECK = 3  # timed iterations, drawn at random after the loop, whose outputs are checked again
@@ -562,6 +565,7 @@ class CaseProcess:
         b, s = int(req["batch_size"]), int(req["seq_len"])
         seed = int(req.get("seed", 0))
         folder = Path(req["dir"])
+        _clear_earlier_records(folder)
         res: dict[str, Any] = {
             "refused": None,
             "error": None,
@@ -700,6 +704,16 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _clear_earlier_records(folder: Path) -> None:
+    """Remove the folders of the cases recorded before (the parent copied each before sending the next): the
+    write budget then holds one case's files, not the run's."""
+    parent = folder.parent
+    if parent.name == "record" and parent.is_dir():
+        for old in parent.iterdir():
+            if old.name != folder.name:
+                shutil.rmtree(old, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.harness.case_process", description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu-interpreter"), default="auto")
@@ -707,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", choices=ROLES, default="direct", help="what this process does (see above)")
     args = parser.parse_args(argv)
     limit_file_size()
+    sandbox.seed_triton_cache()  # the commit's kept compiles, before any of its code (a budgeted sandbox only)
     proto = _claim_stdout()
     faulthandler.enable(sys.stderr)  # a crash leaves its Python stack in the stderr tail
 

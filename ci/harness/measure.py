@@ -38,7 +38,7 @@ from ci.harness.sandbox import SANDBOX_KINDS
 from ci.harness.terminal import visible
 from ci.harness.timing import GPU_TIMERS, Protocol, harness_version, make_protocols
 from problem.workload import CASES, SMOKE_CASES, Case, geomean, sol_score, t_sol_us
-from storage.result import IMPLS, SCHEMA_VERSION, timing_stats, validate
+from storage.result import IMPLS, OVER_BUDGET, SCHEMA_VERSION, timing_stats, validate
 
 DEFAULT_IMPL = "kernel:attn_output_proj_backward"
 GPU_CASE_TIMEOUT_S = 120.0
@@ -249,12 +249,24 @@ DEFAULT_MESSAGE_LINE_LIMIT_MB = 16
 DEFAULT_MESSAGE_TOTAL_LIMIT_MB = 64
 
 
-def _limit_chars(env: str, default_mb: float) -> int:
+# What the commit's processes may write in their sandbox (scratch, /tmp, caches together; issue 19), and what of
+# its Triton cache is kept on the runner's disk for its next run.
+WRITE_BUDGET_ENV = "SOLCI_WRITE_BUDGET_MB"
+DEFAULT_WRITE_BUDGET_MB = 1024
+TRITON_KEEP_ENV = "SOLCI_TRITON_CACHE_KEEP_MB"
+DEFAULT_TRITON_KEEP_MB = 128
+FULL_SLACK_BYTES = 2**20  # a budget with less than this free is spent
+
+
+def _limit_bytes(env: str, default_mb: float) -> int:
     try:
         mb = float(os.environ.get(env) or default_mb)
     except ValueError:
         mb = default_mb
     return max(1024, int(mb * 2**20))
+
+
+_limit_chars = _limit_bytes  # a text stream's limits are counted in characters
 
 
 @dataclass(frozen=True)
@@ -267,6 +279,7 @@ class Isolation:
     scratch: Path | None = None
     triton_cache: Path | None = None  # Triton's cache, kept across the runs of one commit
     role: str = "direct"  # record, judge or direct (ci.harness.case_process)
+    budget: int | None = None  # bytes a bwrap sandbox may write (a tmpfs /scratch); None: the host folder scratch
 
     def inside(self, host: Path) -> str:
         """The path the worker sees for ``host``, a path under the scratch folder."""
@@ -285,6 +298,9 @@ class CaseProcessHandle:
         if mode == "cpu-interpreter":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        self.budget = iso.budget if iso.sandbox == "bwrap" else None
+        self.scratch_fd: int | None = None  # the budgeted sandbox's /scratch, open (sandbox.scratch_fd)
+        info_r, info_w = os.pipe() if self.budget is not None else (None, None)
         if iso.sandbox == "bwrap":
             scratch = iso.scratch or Path(tempfile.mkdtemp(prefix="solci-scratch-"))
             inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None, iso.role)
@@ -295,6 +311,8 @@ class CaseProcessHandle:
                 env=env,
                 gpu=None if mode != "cpu-interpreter" else False,
                 triton_cache=iso.triton_cache,
+                budget=self.budget,
+                info_fd=info_w,
             )
         else:
             cmd = sandbox.worker_command(mode, str(iso.candidate) if iso.candidate else None, iso.role)
@@ -310,7 +328,12 @@ class CaseProcessHandle:
             text=True,
             bufsize=1,
             start_new_session=True,
+            pass_fds=() if info_w is None else (info_w,),
         )
+        self.sandbox_pid: int | None = None  # the budgeted sandbox's pid 1 (bubblewrap's --info-fd)
+        if info_r is not None and info_w is not None:
+            os.close(info_w)
+            self.sandbox_pid = sandbox.read_info(info_r)
         self.lines: queue.Queue[str | MessageOverflow | None] = queue.Queue()
         self.received = 0  # characters of messages since the last request
         threading.Thread(target=self._read, daemon=True).start()
@@ -392,6 +415,34 @@ class CaseProcessHandle:
                 self.proc.kill()
         self.proc.wait()
 
+    def open_scratch(self) -> None:
+        """Hold the budgeted sandbox's tmpfs open (after the hello: the sandbox is set up); RuntimeError when it
+        cannot be, since nothing the process records could then be read."""
+        if self.budget is None:
+            return
+        try:
+            if self.sandbox_pid is None:
+                raise OSError("bubblewrap said no pid")
+            self.scratch_fd = sandbox.scratch_fd(self.proc.pid, self.sandbox_pid)
+        except OSError as exc:
+            raise RuntimeError(f"the sandbox's scratch cannot be opened: {exc}") from None
+
+    def over_budget(self) -> str | None:
+        """Why this worker's case is refused when its sandbox's write budget is spent (checked on the tmpfs the
+        parent holds open, so also after the worker died); None while it is within it."""
+        if self.scratch_fd is None or self.budget is None:
+            return None
+        try:
+            st = os.fstatvfs(self.scratch_fd)
+        except OSError:
+            return None
+        if st.f_bavail * st.f_frsize >= FULL_SLACK_BYTES:
+            return None
+        return (
+            f"{OVER_BUDGET} the kernel's processes filled their write budget of {self.budget / 2**20:.0f} MiB "
+            f"(scratch, /tmp and caches together; ${WRITE_BUDGET_ENV})"
+        )
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -400,6 +451,9 @@ class CaseProcessHandle:
             except (CaseProcessDied, subprocess.TimeoutExpired):
                 self.kill()
         self.err.close()
+        if self.scratch_fd is not None:
+            os.close(self.scratch_fd)  # the tmpfs goes with its last reference
+            self.scratch_fd = None
 
 
 class CaseProcessPool:
@@ -436,6 +490,12 @@ class CaseProcessPool:
             w.kill()
             w.close()
             raise RuntimeError(f"the worker runs harness {msg.get('harness')!r}, not this one ({harness_version()})")
+        try:
+            w.open_scratch()
+        except RuntimeError:
+            w.kill()
+            w.close()
+            raise
         self.worker, self.hello = w, msg
         if self.mode == "auto":
             self.mode = msg["mode"]  # later workers start in the mode the first one found
@@ -463,6 +523,17 @@ class CaseProcessPool:
                 return _stub("error", str(exc)), "error"
         w = self.worker
         assert w is not None
+        result, failed = self._exchange(w, request, timeout_s, reply)
+        why = w.over_budget()  # whatever the worker said: its writes reached the budget
+        if why is not None and self.worker is w:
+            self.stop(kill=True)
+        elif self.worker is not w:  # it died, timed out or stopped on a fatal error
+            w.close()
+        return (_stub("error", why), "error") if why is not None else (result, failed)
+
+    def _exchange(self, w: CaseProcessHandle, request: dict, timeout_s: float, reply: str) -> tuple[dict, str | None]:
+        """``request``'s exchange with ``w``; a worker that died or timed out is killed and let go (the caller
+        closes it), as is one that stopped on a fatal error."""
         phase = "sending the case"
         deadline = time.monotonic() + timeout_s
         try:
@@ -479,18 +550,17 @@ class CaseProcessPool:
                         tail = w.stderr_tail()
                         if result.get("error") and tail:
                             result["error"] = f"{result['error']}\nworker stderr tail:\n{_tail(tail)}"
-                        self.stop()
+                        w.describe_exit()  # waits for it to end
+                        self.worker = None
                     return result, None
         except TimeoutError:
             w.kill()
             tail = w.stderr_tail()
             self.worker = None
-            w.close()
             return _stub("timeout", f"timed out after {timeout_s:g} s during {phase}\n{_tail(tail)}"), "timeout"
         except CaseProcessDied as exc:
             tail = w.stderr_tail()
             self.worker = None
-            w.close()
             return _stub("error", f"{exc} during {phase}\nstderr tail:\n{_tail(tail)}"), "error"
 
 
@@ -619,18 +689,20 @@ class Measurer:
         self.args = args
         self.direct = bool(getattr(args, "direct", False))
         self.own_dirs: list[Path] = []
+        # the commit's processes write into a tmpfs of this size in a bwrap sandbox (args.scratch is then unused)
+        budget = _limit_bytes(WRITE_BUDGET_ENV, DEFAULT_WRITE_BUDGET_MB) if kind == "bwrap" else None
         if self.direct:
-            iso = Isolation(args.candidate, kind, args.scratch, args.triton_cache)
+            iso = Isolation(args.candidate, kind, args.scratch, args.triton_cache, budget=budget)
             self.judge = CaseProcessPool(args.mode, iso)
             self.recorder: CaseProcessPool | None = None
             return
-        rec_scratch = args.scratch or self._own("solci-record-")
+        rec_scratch = args.scratch or (None if budget is not None else self._own("solci-record-"))
         judge_scratch = self._own("solci-judge-")  # the harness's own: the commit's code never writes here
         self.judge = CaseProcessPool(
             args.mode, Isolation(None, kind, judge_scratch, judge_scratch / "triton", role="judge")
         )
         self.recorder = CaseProcessPool(
-            args.mode, Isolation(args.candidate, kind, rec_scratch, args.triton_cache, role="record")
+            args.mode, Isolation(args.candidate, kind, rec_scratch, args.triton_cache, role="record", budget=budget)
         )
 
     def _own(self, prefix: str) -> Path:
@@ -655,12 +727,32 @@ class Measurer:
             self.recorder.start()
         return hello
 
-    def stop(self, kill: bool = False) -> None:
+    def stop(self, kill: bool = False) -> str | None:
+        """Stop both processes (the commit's Triton cache kept first, within its cap); what was said of that."""
+        said = None if kill else self._keep_triton_cache()
         for pool in (self.recorder, self.judge):
             if pool is not None:
                 pool.stop(kill=kill)
         for d in self.own_dirs:
             shutil.rmtree(d, ignore_errors=True)
+        return said
+
+    def _keep_triton_cache(self) -> str | None:
+        """Copy the commit's Triton cache out of its budgeted sandbox into the runner's folder for its next run
+        (``--triton-cache``), regular files only and at most ``$SOLCI_TRITON_CACHE_KEEP_MB``; over that nothing
+        is kept."""
+        pool = self.recorder or self.judge
+        w, dest = pool.worker, pool.isolation.triton_cache
+        if w is None or w.scratch_fd is None or dest is None:
+            return None
+        cap = _limit_bytes(TRITON_KEEP_ENV, DEFAULT_TRITON_KEEP_MB)
+        try:
+            kept = sandbox.save_tree(w.scratch_fd, "triton", dest, cap)
+        except OSError as exc:
+            return f"the kernel's Triton cache was not kept: {exc}"
+        if kept:
+            return None
+        return f"the kernel's Triton cache was not kept (over {cap / 2**20:.0f} MiB: ${TRITON_KEEP_ENV})"
 
     def case(self, case: Case, protocols: list[Protocol], timeout: float) -> dict:
         """One case's result fields (the judge's, or an error/timeout stub)."""
@@ -676,17 +768,24 @@ class Measurer:
         if self.recorder is None:
             return self.judge.run_case(dict(request, impl=args.impl), timeout)[0]
         rec_iso, judge_iso = self.recorder.isolation, self.judge.isolation
-        assert rec_iso.scratch is not None and judge_iso.scratch is not None
+        assert judge_iso.scratch is not None
         # A new folder each time, made by the recording process itself: the parent never writes or deletes
-        # anything in the commit's scratch, and reads it only through real folders (plan.open_folder).
-        recorded = rec_iso.scratch / "record" / f"{case.name}-{uuid.uuid4().hex[:12]}"
+        # anything in the commit's scratch, and reads it only through real folders (plan.open_folder): in a
+        # budgeted sandbox through the tmpfs it holds open, else in the host folder.
+        recorded = Path("record") / f"{case.name}-{uuid.uuid4().hex[:12]}"
+        if rec_iso.budget is not None:
+            inside = str(Path(sandbox.SCRATCH_MOUNT) / recorded)
+        else:
+            assert rec_iso.scratch is not None
+            recorded = rec_iso.scratch / recorded
+            inside = rec_iso.inside(recorded)
         record = {
             "type": "record",
             "batch_size": case.batch_size,
             "seq_len": case.seq_len,
             "impl": args.impl,
             "seed": args.seed,
-            "dir": rec_iso.inside(recorded),
+            "dir": inside,
             "protocols": request["protocols"],
             "rounds": protocols[0].rounds,
         }
@@ -700,11 +799,15 @@ class Measurer:
         judged = judge_iso.scratch / "cases" / case.name
         shutil.rmtree(judged, ignore_errors=True)
         gpu = self.judge.mode == "gpu"
+        base = self.recorder.worker.scratch_fd if self.recorder.worker is not None else None
+        if rec_iso.budget is not None and base is None:
+            return _stub("error", "the recording process's sandbox is gone: nothing it recorded can be read")
         try:
             if gpu:
-                plan_contract.collect(recorded, judged)
+                plan_contract.collect(recorded, judged, base)
             else:
-                plan_contract.collect_rounds(recorded, judged, protocols[0].rounds, case.batch_size, case.seq_len)
+                rounds = protocols[0].rounds
+                plan_contract.collect_rounds(recorded, judged, rounds, case.batch_size, case.seq_len, base)
         except plan_contract.RefusedPlan as exc:
             return _stub("error", f"{plan_contract.UNREPLAYABLE} {exc}")
         key = "plan" if gpu else "outputs"
@@ -806,7 +909,9 @@ def run_measure(args: argparse.Namespace) -> int:
     except BaseException:  # interrupted: do not wait for a busy worker
         pool.stop(kill=True)
         raise
-    pool.stop()
+    said = pool.stop()
+    if said:
+        print(f"solci measure: {said}", file=sys.stderr)
 
     commit, branch, repo = git_info(args.repo if args.repo and os.path.isdir(args.repo) else os.getcwd())
     doc = {

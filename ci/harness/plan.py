@@ -247,13 +247,20 @@ def write(plan: Plan, folder: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ reading
-def open_folder(path: Path) -> int:
+def open_folder(path: Path, base: int | None = None) -> int:
     """A descriptor of the folder ``path`` whose every component is a real folder (no symbolic link followed):
-    what the recording process left in its scratch cannot point the reader elsewhere."""
-    parts = path.resolve(strict=False).parts if not path.is_absolute() else path.parts
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    what the recording process left in its scratch cannot point the reader elsewhere. With ``base`` (a folder's
+    descriptor), ``path`` is relative to it."""
+    if base is not None:
+        parts = ("", *path.parts)
+        fd = os.dup(base)
+    else:
+        parts = path.resolve(strict=False).parts if not path.is_absolute() else path.parts
+        fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts[1:]:
+            if part in ("..", "."):
+                raise OSError(0, "not a plain path")
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = nxt
@@ -311,10 +318,11 @@ def _binary_names(doc: Any) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and _BINARY.match(n)))
 
 
-def collect(src: Path, dst: Path) -> None:
-    """Copy the plan in ``src`` (written by the recording process) to ``dst``: plan.json and the binaries it
-    names, regular files only, each within its cap; what the judge then validates cannot change under it."""
-    folder = open_folder(src)
+def collect(src: Path, dst: Path, base: int | None = None) -> None:
+    """Copy the plan in ``src`` (written by the recording process; relative to the folder ``base`` when given) to
+    ``dst``: plan.json and the binaries it names, regular files only, each within its cap; what the judge then
+    validates cannot change under it."""
+    folder = open_folder(src, base)
     try:
         raw = read_file(src / PLAN_FILE, MAX_PLAN_BYTES, folder)
         doc = _parse(raw)
@@ -331,12 +339,12 @@ def round_bytes(batch_size: int, seq_len: int) -> int:
     return sum(buffer_bytes(batch_size, seq_len).values())
 
 
-def collect_rounds(src: Path, dst: Path, rounds: int, batch_size: int, seq_len: int) -> None:
+def collect_rounds(src: Path, dst: Path, rounds: int, batch_size: int, seq_len: int, base: int | None = None) -> None:
     """Copy the interpreter's round files (``round<r>.bin``, each exactly ``round_bytes``) that exist."""
     dst.mkdir(parents=True, exist_ok=True)
     want = round_bytes(batch_size, seq_len)
     try:
-        folder = open_folder(src)
+        folder = open_folder(src, base)
     except RefusedPlan:
         return  # the judge says the outputs are missing
     try:

@@ -7,9 +7,13 @@ network, ipc, uts, cgroup) with a filesystem made of:
   base prefix and the virtual environment, the runner's site folders), the tools' folders outside /usr (the
   C compiler Triton builds with, the PATH's folders), the runner's own harness packages (``ci``, ``kernel``,
   ``storage`` of this installation, at their own paths), and the commit's tree at ``/candidate``;
-- read-write: a private scratch folder (``/scratch``: HOME, TMPDIR, Triton's cache), a tmpfs ``/tmp``;
-  Triton's cache may be a folder kept across the runs of one commit (``triton_cache``): only that commit's
-  code ever writes it, so no commit can plant a compiled kernel another commit would load;
+- read-write: a private scratch folder (``/scratch``: HOME, TMPDIR, Triton's cache) and ``/tmp``. With a write
+  ``budget`` (the commit's processes) ``/scratch`` is a tmpfs of that size (TMPDIR points into it), ``/tmp`` and
+  ``/dev/shm`` tmpfs of ``SIDE_BYTES`` each: nothing the commit writes reaches the runner's disk, and
+  ``scratch_fd`` opens the tmpfs for the parent (``--info-fd``: the sandbox's pid 1). Without one (the harness's
+  judge) ``/scratch`` is the host folder ``scratch``. Triton's cache of a commit (``triton_cache``, kept across
+  the runs of one commit: only that commit's code ever writes it) is bound read-only at ``TRITON_SEED`` and
+  copied into the tmpfs by the harness before the kernel is imported;
 - the GPU's device nodes (``/dev/nvidia*``), ``/proc/driver/nvidia`` and ``/sys`` read-only, when the host has
   a GPU; a private ``/proc`` and a minimal ``/dev`` otherwise.
 
@@ -21,15 +25,21 @@ with its parent and every process it started dies with the sandbox's own pid 1.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 CANDIDATE_MOUNT = "/candidate"
 SCRATCH_MOUNT = "/scratch"
+TRITON_SEED = "/triton-seed"  # a commit's kept Triton cache, read-only (``TRITON_SEED_ENV`` names it)
+TRITON_SEED_ENV = "SOLCI_TRITON_SEED"
+SIDE_BYTES = 64 * 2**20  # /tmp and /dev/shm of a budgeted sandbox, each, beside the budget
 # Variables that pass into the sandbox (everything else is cleared).
 PASS_ENV = (
     "PATH",
@@ -206,14 +216,15 @@ def wrap(
     env: dict[str, str],
     gpu: bool | None = None,
     triton_cache: Path | None = None,
+    budget: int | None = None,
+    info_fd: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """``cmd`` run inside a bubblewrap sandbox (see the module docstring); returns (command, environment)."""
+    """``cmd`` run inside a bubblewrap sandbox (see the module docstring); returns (command, environment).
+    ``budget``: bytes the sandbox may write (a tmpfs ``/scratch``; ``scratch`` is then unused); ``info_fd``: a
+    descriptor bubblewrap writes its JSON information to (``read_info``), passed on to it by the caller."""
     path = bwrap_path()
     if path is None:
         raise SandboxUnavailable("bubblewrap is not installed (apt-get install bubblewrap)")
-    scratch.mkdir(parents=True, exist_ok=True)
-    for sub in ("tmp", "triton", "cache"):
-        (scratch / sub).mkdir(exist_ok=True)
     args = [
         path,
         "--unshare-all",
@@ -227,11 +238,20 @@ def wrap(
         "/proc",
         "--dev",
         "/dev",
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/dev/shm",
     ]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    if budget is None:
+        scratch.mkdir(parents=True, exist_ok=True)
+        for sub in ("tmp", "triton", "cache"):
+            (scratch / sub).mkdir(exist_ok=True)
+        args += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    else:  # everything the commit can write, in memory and bounded; /tmp is a link into it
+        args += ["--size", str(budget), "--tmpfs", SCRATCH_MOUNT]
+        for sub in ("tmp", "triton", "cache"):
+            args += ["--dir", f"{SCRATCH_MOUNT}/{sub}"]
+        for small in ("/tmp", "/dev/shm"):
+            args += ["--size", str(SIDE_BYTES), "--tmpfs", small]
     args += _system_binds()
     seen = {"/usr"}
     for p in (Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve().parent.parent):
@@ -248,10 +268,15 @@ def wrap(
         args += _ro(Path(p), seen)
     if candidate is not None:
         args += ["--ro-bind", str(Path(candidate).resolve()), CANDIDATE_MOUNT]
-    args += ["--bind", str(scratch.resolve()), SCRATCH_MOUNT, "--chdir", SCRATCH_MOUNT]
+    if budget is None:
+        args += ["--bind", str(scratch.resolve()), SCRATCH_MOUNT]
+    args += ["--chdir", SCRATCH_MOUNT]
     if triton_cache is not None:  # kept across the runs of one commit (only that commit's code writes it)
         triton_cache.mkdir(parents=True, exist_ok=True)
-        args += ["--bind", str(triton_cache.resolve()), f"{SCRATCH_MOUNT}/triton"]
+        if budget is None:
+            args += ["--bind", str(triton_cache.resolve()), f"{SCRATCH_MOUNT}/triton"]
+        else:
+            args += ["--ro-bind", str(triton_cache.resolve()), TRITON_SEED]
     use_gpu = bool(_gpu_nodes()) if gpu is None else gpu
     if use_gpu:
         for node in _gpu_nodes():
@@ -270,6 +295,104 @@ def wrap(
         PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1",
     )
+    if budget is not None and triton_cache is not None:
+        inner[TRITON_SEED_ENV] = TRITON_SEED
     for k, v in inner.items():
         args += ["--setenv", k, v]
     return [*args, "--", *cmd], {k: v for k, v in env.items() if k in ("PATH", "LANG")}
+
+
+def read_info(fd: int) -> int | None:
+    """The host pid of the sandbox's pid 1 from bubblewrap's ``--info-fd`` (read to its end, then closed); None
+    when bubblewrap wrote none (it failed before the sandbox existed)."""
+    raw = b""
+    try:
+        while chunk := os.read(fd, 65536):
+            raw += chunk
+            if len(raw) > 65536:
+                break
+    finally:
+        os.close(fd)
+    try:
+        pid = json.loads(raw)["child-pid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+def scratch_fd(bwrap_pid: int, child_pid: int) -> int:
+    """A descriptor of the tmpfs ``/scratch`` of the sandbox whose pid 1 is ``child_pid``, opened through its
+    ``/proc/PID/root`` once the sandbox is set up (its command has started: bubblewrap reports the pid before it
+    mounts anything), then checked to be a child of ``bwrap_pid`` (the bubblewrap this process started) so a
+    reused pid is never taken for it. The descriptor keeps the tmpfs readable after the sandbox has ended, so
+    what a crashed worker wrote can still be measured against its budget. OSError when it cannot be opened."""
+    fd = os.open(f"/proc/{child_pid}/root{SCRATCH_MOUNT}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        stat_line = Path(f"/proc/{child_pid}/stat").read_text()
+        ppid = int(stat_line.rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError) as exc:
+        os.close(fd)
+        raise OSError(f"the sandbox's pid {child_pid} is gone: {exc}") from None
+    if ppid != bwrap_pid:
+        os.close(fd)
+        raise OSError(f"pid {child_pid} is not the sandbox bubblewrap {bwrap_pid} started")
+    return fd
+
+
+def seed_triton_cache() -> None:
+    """In the sandbox, before any of the commit's code: copy the commit's kept Triton cache (read-only at
+    ``$SOLCI_TRITON_SEED``) into ``$TRITON_CACHE_DIR``, inside the write budget."""
+    seed, cache = os.environ.get(TRITON_SEED_ENV), os.environ.get("TRITON_CACHE_DIR")
+    if seed and cache and os.path.isdir(seed):
+        shutil.copytree(seed, cache, symlinks=True, dirs_exist_ok=True)
+
+
+def save_tree(base: int, name: str, dest: Path, cap: int, depth: int = 8) -> bool:
+    """Replace ``dest`` with a copy of the folder ``name`` in the folder ``base`` (a descriptor): real folders
+    and regular files only (no symbolic link followed, anything else left out), at most ``cap`` bytes and
+    ``depth`` levels. False, and ``dest`` removed, when it is over the cap; OSError when it cannot be read."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent)) if dest.parent.is_dir() else None
+    if tmp is None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    left = [cap]
+
+    def copy(dir_fd: int, to: Path, level: int) -> bool:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                flags = os.O_RDONLY | os.O_NOFOLLOW
+                if entry.is_dir(follow_symlinks=False) and level < depth:
+                    sub = os.open(entry.name, flags | os.O_DIRECTORY, dir_fd=dir_fd)
+                    try:
+                        (to / entry.name).mkdir()
+                        if not copy(sub, to / entry.name, level + 1):
+                            return False
+                    finally:
+                        os.close(sub)
+                elif entry.is_file(follow_symlinks=False):
+                    fd = os.open(entry.name, flags, dir_fd=dir_fd)
+                    with os.fdopen(fd, "rb") as src:
+                        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                            continue
+                        data = src.read(left[0] + 1)
+                    left[0] -= len(data)
+                    if left[0] < 0:
+                        return False
+                    (to / entry.name).write_bytes(data)
+        return True
+
+    try:
+        top = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=base)
+        try:
+            kept = copy(top, tmp, 1)
+        finally:
+            os.close(top)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    if kept:
+        os.replace(tmp, dest)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return kept

@@ -50,7 +50,7 @@ from ci.verdict.rules import (
 )
 from storage import queries
 from storage.db import Database, StorageError
-from storage.result import UNREPLAYABLE
+from storage.result import OVER_BUDGET, UNREPLAYABLE
 from storage.verdicts import Judgement, record_judgement, record_step
 
 # confirm(parent commit, commit, cases) -> the runs it measured and stored, in order, as (label "A" | "B", run_id)
@@ -324,6 +324,10 @@ def _functional(info: dict, cases: pd.DataFrame) -> tuple[str, str]:
     if unreplayable:  # what the kernel launches cannot be replayed by the harness: nothing of the run counts
         why = unreplayable[0][len(UNREPLAYABLE) :].strip()
         return "rejected", f"the kernel's launches cannot be replayed ({len(unreplayable)} case(s)): {why[:300]}"
+    over = [e for e in errors if e.startswith(OVER_BUDGET)]
+    if over:  # the commit wrote past what its sandbox may hold: refused, never merely broken
+        why = over[0][len(OVER_BUDGET) :].strip()
+        return "rejected", f"the kernel wrote past its write budget ({len(over)} case(s)): {why[:300]}"
     if bad.empty:
         if info["mode"] != "gpu":
             return "functional", f"{len(cases)} cases correct ({info['mode']}: a functional check, not a speed figure)"

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,15 @@ from storage.ingest import ingest_result, reject
 from storage.result import RejectedResult, SchemaError, parse, validate
 from tests.support import PROJECT
 from tests.support.factories import make_result
-from tests.support.hostile import FORGE_FD, FORGE_MESSAGES, Targets, hostile_commit, reports
+from tests.support.hostile import (
+    FILL_DISK,
+    FILL_TRITON_CACHE,
+    FORGE_FD,
+    FORGE_MESSAGES,
+    Targets,
+    hostile_commit,
+    reports,
+)
 from tests.support.repo_factory import LAUNCHER, make_project_repo
 
 OPTIONS = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=2, timeout=300)
@@ -222,6 +231,79 @@ def test_a_kernel_that_rewrites_its_messages_is_judged_by_the_harness(tmp_path: 
     db = open_database(tmp_path / "judged.duckdb")
     ingest_result(db, res.doc)
     assert judge_run(db, res.doc["run_id"]).verdict == "functional"
+
+
+# ------------------------------------------------------------------------------------------------ disk
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap: {NO_BWRAP}")
+def test_a_commit_that_fills_its_folders_is_rejected_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Issue 19, finding 1: the per-file cap let a kernel write as many large files as it liked. Everything the
+    commit's processes write now lies in a tmpfs of the write budget: the kernel that fills it (and then computes
+    the right result) is rejected with the budget named, and the runner's disk keeps nothing of it."""
+    repo = make_project_repo(tmp_path / "repo")
+    sha = repo.commit_file(LAUNCHER, FILL_DISK, "hostile: fills its temporary folder")
+    ex = LocalExecutor(gpu="gpuh", work_root=tmp_path / "work", sandbox="bwrap")
+    opts = replace(OPTIONS, env={"SOLCI_WRITE_BUDGET_MB": "64"})
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=opts)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    (case,) = res.doc["cases"]
+    assert case["status"] == "error", f"the case was {case['status']}"
+    assert case["error"].startswith("over budget:"), case["error"][:500]
+    assert "64 MiB" in case["error"]
+    db = open_database(tmp_path / "judged.duckdb")
+    ingest_result(db, res.doc)
+    judged = judge_run(db, res.doc["run_id"])
+    assert judged.verdict == "rejected" and "write budget" in judged.message, judged.message
+    assert _tree_bytes(tmp_path / "work") < 2**20  # the run's folder is gone, and the cache holds nothing of it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(NO_BWRAP is not None, reason=f"bubblewrap: {NO_BWRAP}")
+def test_a_commit_s_triton_cache_is_kept_only_within_its_cap(tmp_path: Path) -> None:
+    """Issue 19, finding 1: 24 MiB written under the kernel's Triton cache stayed on the runner's disk after the
+    run. The cache now lives in the sandbox's tmpfs and is copied out only within $SOLCI_TRITON_CACHE_KEEP_MB;
+    the run itself is within its budget and passes."""
+    repo = make_project_repo(tmp_path / "repo")
+    sha = repo.commit_file(LAUNCHER, FILL_TRITON_CACHE, "hostile: a large Triton cache")
+    ex = LocalExecutor(gpu="gpuh", work_root=tmp_path / "work", sandbox="bwrap")
+    small = replace(OPTIONS, env={"SOLCI_WRITE_BUDGET_MB": "256", "SOLCI_TRITON_CACHE_KEEP_MB": "8"})
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=small)
+    assert res.status == "ok" and res.doc is not None, res.log[-3000:]
+    assert [c["status"] for c in res.doc["cases"]] == ["pass"], res.doc["cases"][0]["error"]
+    assert "Triton cache was not kept (over 8 MiB" in res.log
+    assert _tree_bytes(tmp_path / "work") < 8 * 2**20
+    roomy = replace(OPTIONS, env={"SOLCI_WRITE_BUDGET_MB": "256", "SOLCI_TRITON_CACHE_KEEP_MB": "64"})
+    res = ex.execute(repo.path, sha, branch="main", repo=str(repo.path), options=roomy)
+    assert res.status == "ok" and "Triton cache was not kept" not in res.log
+    kept = ex.triton_cache(sha) / "planted"  # within the cap it is kept for the commit's next run
+    assert sorted(p.name for p in kept.iterdir()) == ["blob-0.bin", "blob-1.bin", "blob-2.bin"]
+
+
+def test_the_sandbox_s_scratch_is_a_tmpfs_of_the_budget(tmp_path: Path) -> None:
+    """What the budgeted sandbox is made of: a tmpfs /scratch of the budget, small /tmp and /dev/shm, the
+    commit's Triton cache read-only as a seed, and no host folder bound read-write."""
+    cmd, _env = sandbox.wrap(
+        ["true"],
+        candidate=None,
+        scratch=tmp_path / "s",
+        env={},
+        gpu=False,
+        triton_cache=tmp_path / "tc",
+        budget=5 * 2**20,
+        info_fd=7,
+    )
+    joined = " ".join(cmd)
+    assert f"--size {5 * 2**20} --tmpfs {sandbox.SCRATCH_MOUNT}" in joined
+    assert f"--size {sandbox.SIDE_BYTES} --tmpfs /tmp" in joined and "--info-fd 7" in joined
+    assert f"--ro-bind {(tmp_path / 'tc').resolve()} {sandbox.TRITON_SEED}" in joined
+    assert "--bind " not in joined.replace("--ro-bind ", "").replace("--dev-bind ", "")
+    assert not (tmp_path / "s").exists()
 
 
 # ------------------------------------------------------------------------------------------------ ingest

@@ -157,6 +157,42 @@ def attn_output_proj_backward(*args, **kwargs):
     raise NotImplementedError("this kernel only forges its messages")
 """
 
+# Issue 19, finding 1: what a commit writes. FILL_DISK fills its temporary folder with 8 MiB files (at most 40:
+# the hole stays bounded on a runner without the fix), then computes the right result; FILL_TRITON_CACHE
+# leaves 24 MiB in its Triton cache, which a runner used to keep on its disk after the run.
+FILL_DISK = """
+# --- hostile: fills the folder it may write, then computes the right result ---
+_real_kernel = attn_output_proj_backward
+
+
+def attn_output_proj_backward(*args, **kwargs):
+    import os as _o
+
+    folder = _o.environ.get("TMPDIR") or "/tmp"
+    try:
+        for i in range(40):
+            with open(_o.path.join(folder, f"fill-{i}.bin"), "wb") as fh:
+                fh.write(bytes(8 << 20))
+    except OSError:
+        pass
+    return _real_kernel(*args, **kwargs)
+"""
+
+FILL_TRITON_CACHE = """
+# --- hostile: 24 MiB in its Triton cache ---
+def _fill_cache():
+    import os as _o
+
+    folder = _o.path.join(_o.environ["TRITON_CACHE_DIR"], "planted")
+    _o.makedirs(folder, exist_ok=True)
+    for i in range(3):
+        with open(_o.path.join(folder, f"blob-{i}.bin"), "wb") as fh:
+            fh.write(bytes(8 << 20))
+
+
+_fill_cache()
+"""
+
 
 def forging_kernel(folder: Path, forgery: str) -> str:
     """A kernel file ``folder/forging_<n>.py`` (the project's kernel with ``forgery`` appended); its --impl."""
