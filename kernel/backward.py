@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernel import fast_launch
+from kernel import fast_launch, gluon_backward
 from kernel.configs import WARP_SPECIALIZE, KernelConfig, bucket_for, config_for, interpreter_active
 from kernel.schedule import Plan, plan_schedule
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS
@@ -408,6 +408,14 @@ def _config_cached(bucket: int, device_index: int | None) -> KernelConfig:
     return config_for(bucket, cap)
 
 
+@functools.lru_cache(maxsize=1024)
+def _gluon_choice(m: int, s: int, device_index: int) -> gluon_backward.GluonConfig | None:
+    """The Gluon configuration for this shape on this device, or None (the tile-language kernel)."""
+    if interpreter_active():
+        return None
+    return gluon_backward.gluon_config_for(m, s, torch.cuda.get_device_capability(device_index))
+
+
 @functools.lru_cache(maxsize=64)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -448,7 +456,9 @@ def attn_output_proj_backward(
 
     Returns ``(grad_attn_output (B, 32, S, 64), grad_weight (2048, 2048))`` in the inputs' dtype (bf16).
     With ``out=(ga, gw)`` the results are written into those contiguous tensors. ``config`` overrides the
-    per-architecture table (for tuning). Raises ValueError naming the argument on bad input.
+    per-architecture table (for tuning; it also bypasses the Gluon table of ``kernel/gluon_backward.py``, which
+    otherwise picks the Gluon kernel on Hopper for the shapes it enables). Raises ValueError naming the argument
+    on bad input.
     """
     b, s = _validate(grad_output, reshaped, weight, out)
     m = b * s
@@ -458,10 +468,16 @@ def attn_output_proj_backward(
         gw = torch.empty((HIDDEN, HIDDEN), dtype=grad_output.dtype, device=device)
     else:
         ga, gw = out
-    cfg = config or kernel_config(m, device)
     go2 = _as_2d(grad_output)
     x2 = _as_2d(reshaped)
     w2 = _as_2d(weight)
+    if config is None and device.type == "cuda":
+        # The Gluon schedule (kernel/gluon_backward.py) where its table enables it for this shape and device.
+        gcfg = _gluon_choice(m, s, device.index if device.index is not None else torch.cuda.current_device())
+        if gcfg is not None:
+            gluon_backward.launch(go2, w2, x2, gw, ga, s, gcfg)
+            return ga, gw
+    cfg = config or kernel_config(m, device)
 
     plan = plan_schedule(m, cfg, _num_programs(device, cfg))
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None

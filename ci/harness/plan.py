@@ -95,7 +95,13 @@ TMA_ELEM_TYPE = {
 }
 _DTYPES = "|".join(sorted(ELEM_BYTES, key=len, reverse=True))
 _POINTER = re.compile(rf"^\*k?({_DTYPES})$")
-_TENSORDESC = re.compile(rf"^tensordesc<({_DTYPES})\[([1-9][0-9]{{0,3}}(?:, [1-9][0-9]{{0,3}}){{0,4}})\]>$")
+# A Gluon descriptor's type also names its shared-memory layout (the launcher reads only the dtype and block;
+# the layout is refused unless it is the plain NVMMA one of the dtype and rank, without a CTA layout).
+_TENSORDESC = re.compile(
+    rf"^tensordesc<({_DTYPES})\[([1-9][0-9]{{0,3}}(?:, [1-9][0-9]{{0,3}}){{0,4}})\]"
+    r"(?:,NVMMASharedLayout\(swizzle_byte_width=(0|32|64|128), element_bitwidth=(8|16|32), rank=([1-5]), "
+    r"transposed=(?:True|False), fp4_padded=False, cga_layout=\[\]\))?>$"
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _BINARY = re.compile(r"^k[0-9]{1,2}\.bin$")
 _CONFIG_TEXT = re.compile(r"^[A-Za-z0-9_.:+-]{0,64}$")
@@ -399,9 +405,15 @@ def _list(v: Any, where: str, n_max: int, n_min: int = 0) -> list:
 
 def signature_type(ty: Any, where: str) -> str:
     """One signature type from the closed vocabulary (pointer, scalar, constexpr, tensor descriptor)."""
-    if not isinstance(ty, str) or len(ty) > 64:
+    if not isinstance(ty, str) or len(ty) > 200:
         raise RefusedPlan(f"{where}: not a signature type")
-    if ty == "constexpr" or ty in INT_RANGES or ty in FLOAT_TYPES or _POINTER.match(ty) or _TENSORDESC.match(ty):
+    if ty == "constexpr" or ty in INT_RANGES or ty in FLOAT_TYPES or _POINTER.match(ty):
+        return ty
+    m = _TENSORDESC.match(ty)
+    if m is not None:
+        dtype, block, bits, rank = m.group(1), m.group(2), m.group(4), m.group(5)
+        if bits is not None and (int(bits) != 8 * ELEM_BYTES[dtype] or int(rank) != block.count(",") + 1):
+            raise RefusedPlan(f"{where}: a descriptor layout of another dtype or rank than its block")
         return ty
     raise RefusedPlan(f"{where}: signature type {ty[:40]!r} is not one the replay knows")
 

@@ -487,6 +487,37 @@ def test_a_float_scalar_must_be_a_finite_number(doc, binaries, value: Any) -> No
         plan.validate(doc, binaries, B, S, H200)
 
 
+GLUON_DESC = (
+    "tensordesc<bf16[64, 64],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2, "
+    "transposed=False, fp4_padded=False, cga_layout=[])>"
+)
+
+
+@pytest.mark.parametrize(
+    ("ty", "ok"),
+    [
+        (GLUON_DESC, True),  # what a Gluon kernel's host descriptor is called (seen on the H200)
+        (GLUON_DESC.replace("transposed=False", "transposed=True"), True),
+        (GLUON_DESC.replace("element_bitwidth=16", "element_bitwidth=32"), False),  # not bf16's
+        (GLUON_DESC.replace("rank=2", "rank=3"), False),  # not the block's rank
+        (GLUON_DESC.replace("fp4_padded=False", "fp4_padded=True"), False),
+        (GLUON_DESC.replace("cga_layout=[]", "cga_layout=[[0, 1]]"), False),
+        (GLUON_DESC.replace("NVMMASharedLayout", "SwizzledSharedLayout"), False),
+        (GLUON_DESC[:-1] + ");\nabort();>", False),
+        ("tensordesc<bf16[64, 64]," + "x" * 200 + ">", False),
+    ],
+)
+def test_a_gluon_descriptor_type_is_kept_only_in_its_plain_form(ty: str, ok: bool) -> None:
+    """The signature's text reaches Triton's generated C launcher: a descriptor's layout is accepted only as the
+    plain NVMMA layout of its dtype and rank."""
+    if ok:
+        assert plan.signature_type(ty, "t") == ty
+        assert plan.desc_block(ty) == ("bf16", (64, 64))
+    else:
+        with pytest.raises(RefusedPlan):
+            plan.signature_type(ty, "t")
+
+
 def test_a_warp_specialised_kernel_s_warp_count_is_kept(doc, binaries) -> None:
     """A Gluon kernel with ``warp_specialize`` runs three warpgroups: 12 warps, not a power of two (the H200 replay
     refused the first one: the contract had assumed powers of two)."""

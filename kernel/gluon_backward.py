@@ -1,0 +1,656 @@
+"""A warp-specialised Hopper (sm_90) schedule of the fused backward, written in Triton's Gluon dialect.
+
+Same products and the same tile space as ``kernel/backward.py`` (grad_attn_output tiles of K = 2048 and
+grad_weight tiles of K = M, planned per call by ``kernel/schedule.py``), but the pipeline is spelled out:
+
+- one **loader warp** walks the program's tiles in order and keeps a ``STAGES``-deep ring of shared-memory
+  stages full with TMA loads (``ready``/``empty`` mbarriers per stage). The ring runs across tile boundaries, so
+  the next tile's first stages are loaded while the consumers still run the current tile's last MMAs and its
+  epilogue;
+- two **consumer warpgroups** (the default partition and one worker) share each stage: a tile of 128 rows is
+  split by rows (64 each), a tile of 64 rows by columns. Each issues asynchronous ``warpgroup_mma`` with one group
+  in flight and releases a stage as soon as the MMA that read it has retired;
+- the **epilogue** is asynchronous: the warpgroup writes its bf16 half-tile to its own shared buffer and hands it
+  to a TMA store, and only waits for that store before writing the buffer again (one tile later). grad_attn tiles
+  are stored head by head into grad_attn_output viewed (B*32*S, 64), which needs S to be a multiple of the tile's
+  rows (the selection table, ``gluon_config_for``, falls back to the tile-language kernel otherwise).
+
+Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
+replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
+``gluon_bwd_kernel_host_desc`` takes Gluon host descriptors (fast, but its signature types are outside the replay's
+vocabulary). Only Triton 3.6.0's Gluon API is used (``warp_specialize``, ``warpgroup_mma``, ``mbarrier``, ``tma``);
+the path is selected only on a CUDA device of compute capability 9.x with that Triton (``gluon_config_for``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+
+try:  # Gluon is experimental: any import problem leaves the tile-language kernel as the only path
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    GLUON_IMPORTED = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    GLUON_IMPORTED = False
+
+from kernel.configs import KernelConfig, bucket_for
+from kernel.schedule import Plan, plan_schedule
+from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS
+
+PINNED_TRITON = "3.6.0"  # the Gluon API this module is written against
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """One configuration of the Gluon kernel (tiles as in ``KernelConfig``; two consumer warpgroups)."""
+
+    ga_bm: int
+    ga_bn: int
+    gw_bm: int
+    gw_bn: int
+    stages: int = 3
+    group: int = 4
+    loader_regs: int = 40
+    bk: int = 64
+    schedule: str = "auto"
+    host_desc: bool = False  # host Gluon TensorDescriptors instead of device-built ones
+
+    def kernel_config(self) -> KernelConfig:
+        """The tile-language configuration with the same tiles: what ``plan_schedule`` reads."""
+        return KernelConfig(self.ga_bm, self.ga_bn, self.gw_bm, self.gw_bn, self.bk, schedule=self.schedule)
+
+
+# The selection table: M bucket -> (Gluon configuration, enabled). An entry may be enabled only where it was measured
+# faster than the tile-language kernel AND correct (and bit-for-bit repeatable) on the H200, and only with device-built
+# descriptors (``host_desc`` False): the CI replays recorded launches (docs/replay.md), and its plan contract
+# (ci/harness/plan.py) refuses the signature types of Gluon host descriptors, which name their shared layout.
+# Measured (kernel/NOTES.md, v18): with host descriptors these entries are 4-15 % faster than the tile-language kernel
+# at M <= 2048, side by side (docs/h200/gluon_run_b.log; the 16 cases: gluon_bench_run_c.log); with device-built
+# descriptors slower than it (gluon_bench_run_d_device_desc.log: 1.01-1.08x cuBLAS where it is 0.89-0.97x). So every
+# entry is disabled; tests/kernel/test_gluon.py still compiles them (both entry points).
+# 128x128 grad_weight tiles (half the bytes of a 128x256 stage) let 6 stages fit beside the two epilogue buffers;
+# the depth is what made the difference (M = 256: 3 stages of 128x256 18.6 us, 5 of 128x128 13.0, 6 of them 11.8).
+GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
+    256: (GluonConfig(64, 128, 128, 128, stages=6, host_desc=True), True),
+    512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
+    1024: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
+    2048: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
+}
+
+
+def gluon_config_for(
+    m: int, s: int, device_capability: tuple[int, int] | None, *, include_disabled: bool = False
+) -> GluonConfig | None:
+    """The Gluon configuration for M rows of seq_len ``s`` on a device of this capability, or None (use the
+    tile-language kernel): Hopper only, an enabled table entry for M's bucket, and S a multiple of the grad_attn
+    tile's rows (its TMA store writes whole per-batch row blocks)."""
+    if device_capability is None or device_capability[0] != 9 or not GLUON_IMPORTED:
+        return None
+    if triton.__version__ != PINNED_TRITON:
+        return None
+    entry = GLUON_TABLE.get(bucket_for(m)) if m <= max(GLUON_TABLE) else None
+    if entry is None:
+        return None
+    cfg, enabled = entry
+    if not include_disabled and not enabled:
+        return None
+    if s % cfg.ga_bm or m % cfg.ga_bm:
+        return None
+    return cfg
+
+
+if GLUON_IMPORTED:
+
+    @gluon.constexpr_function
+    def _wgmma_layout(bm: int, bn: int) -> gl.NVMMADistributedLayout:
+        """Accumulator layout of one warpgroup (4 warps) owning a bm x bn block (bm a multiple of 64)."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, bn, 16])
+
+    @gluon.jit
+    def _tile_coords(tile, n_m, n_n, GROUP: gl.constexpr):
+        """Grouped tile order (the tile-language kernel's): GROUP row-blocks share column-blocks in flight."""
+        width = GROUP * n_n
+        group_id = tile // width
+        first_m = group_id * GROUP
+        group_size = gl.minimum(n_m - first_m, GROUP)
+        pid_m = first_m + (tile % width) % group_size
+        pid_n = (tile % width) // group_size
+        return pid_m, pid_n
+
+    @gluon.jit
+    def _program_tiles(
+        M,
+        n_ga_m,
+        P_GA,
+        GA_FIRST: gl.constexpr,
+        HID: gl.constexpr,
+        GA_BN: gl.constexpr,
+        GW_BM: gl.constexpr,
+        GW_BN: gl.constexpr,
+    ):
+        """(ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw): the same arithmetic as the tile-language kernel."""
+        n_ga = n_ga_m * (HID // GA_BN)
+        n_gw = (HID // GW_BM) * (HID // GW_BN)
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        if P_GA > 0:
+            if pid < P_GA:
+                ga_lo = pid
+                ga_step = P_GA
+                gw_lo = n_gw
+                gw_step = 1
+            else:
+                ga_lo = n_ga
+                ga_step = 1
+                gw_lo = pid - P_GA
+                gw_step = nprog - P_GA
+        else:
+            n_first = n_gw
+            if GA_FIRST:
+                n_first = n_ga
+            second_lo = pid + gl.cdiv(gl.maximum(n_first - pid, 0), nprog) * nprog - n_first
+            ga_lo = second_lo
+            gw_lo = pid
+            if GA_FIRST:
+                ga_lo = pid
+                gw_lo = second_lo
+            ga_step = nprog
+            gw_step = nprog
+        return ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw
+
+    @gluon.jit
+    def _loader(
+        go_a, w_b, go_t, x_b,
+        a_ring, b_ring, ready, empty,
+        M, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring."""
+        ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        n_ga_n: gl.constexpr = HID // GA_BN
+        n_gw_n: gl.constexpr = HID // GW_BN
+        dtype: gl.constexpr = go_a.dtype
+        # The ring is allocated for the larger (grad_weight) blocks; grad_attn stages use a view of the same bytes.
+        ga_bytes: gl.constexpr = (GA_BM * BK + BK * GA_BN) * 2
+        gw_bytes: gl.constexpr = (BK * GW_BM + BK * GW_BN) * 2
+        it = 0
+        for phase in gl.static_range(2):
+            if (phase == 0) == GA_FIRST:
+                for t in range(ga_lo, n_ga, ga_step):
+                    am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
+                    off_m = am * GA_BM
+                    off_n = an * GA_BN
+                    for k in range(0, HID, BK):
+                        s = it % STAGES
+                        mbarrier.wait(empty.index(s), (it // STAGES) & 1)
+                        bar = ready.index(s)
+                        mbarrier.expect(bar, ga_bytes)
+                        # grad_attn blocks are smaller: a view of the start of stage s (each stage keeps its
+                        # bytes whatever kind of tile used it last, so the shared schedule's switch is safe)
+                        a_s = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], go_a.layout)
+                        tma.async_copy_global_to_shared(go_a, [off_m, k], bar, a_s)
+                        bs = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], w_b.layout)
+                        for j in gl.static_range(GA_BN // 64):
+                            tma.async_copy_global_to_shared(w_b, [k, off_n + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        it += 1
+            else:
+                for t in range(gw_lo, n_gw, gw_step):
+                    wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
+                    off_o = wm * GW_BM
+                    off_i = wn * GW_BN
+                    for k in range(0, M, BK):  # rows past M are zero-filled by the descriptor
+                        s = it % STAGES
+                        mbarrier.wait(empty.index(s), (it // STAGES) & 1)
+                        bar = ready.index(s)
+                        mbarrier.expect(bar, gw_bytes)
+                        As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
+                        for j in gl.static_range(GW_BM // 64):
+                            tma.async_copy_global_to_shared(go_t, [k, off_o + j * 64], bar, As.slice(j * 64, 64, dim=1))
+                        bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
+                        for j in gl.static_range(GW_BN // 64):
+                            tma.async_copy_global_to_shared(x_b, [k, off_i + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        it += 1
+
+    @gluon.jit
+    def _consumer(
+        WG: gl.constexpr,
+        ga_out, gw_out,
+        a_ring, b_ring, ready, empty, epi,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """Warpgroup WG (0 or 1): its half of every tile's MMAs, then its half of the epilogue."""
+        ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        n_ga_n: gl.constexpr = HID // GA_BN
+        n_gw_n: gl.constexpr = HID // GW_BN
+        dtype: gl.constexpr = ga_out.dtype
+        # grad_attn: a 128-row tile is split by rows, a 64-row one by columns.
+        GA_SPLIT_M: gl.constexpr = GA_BM >= 128
+        GA_WM: gl.constexpr = GA_BM // 2 if GA_SPLIT_M else GA_BM
+        GA_WN: gl.constexpr = GA_BN if GA_SPLIT_M else GA_BN // 2
+        GW_WM: gl.constexpr = GW_BM // 2
+        ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_WN)
+        gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_BN)
+        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_WN], epi.layout)
+        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_BN], epi.layout)
+        it = 0
+        for phase in gl.static_range(2):
+            if (phase == 0) == GA_FIRST:
+                for t in range(ga_lo, n_ga, ga_step):
+                    am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
+                    off_m = am * GA_BM
+                    off_n = an * GA_BN
+                    acc = gl.zeros([GA_WM, GA_WN], gl.float32, ga_layout)
+                    prev = 0
+                    for k in range(0, HID, BK):
+                        s = it % STAGES
+                        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                        a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
+                        b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
+                        if GA_SPLIT_M:
+                            a = a.slice(WG * GA_WM, GA_WM, dim=0)
+                        else:
+                            b = b.slice(WG * GA_WN, GA_WN, dim=1)
+                        acc = warpgroup_mma(a, b, acc, is_async=True)
+                        acc = warpgroup_mma_wait(1, deps=(acc,))
+                        if k > 0:
+                            mbarrier.arrive(empty.index(prev), count=1)
+                        prev = s
+                        it += 1
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(empty.index(prev), count=1)
+                    # Epilogue: this warpgroup's rows r0.. of the tile, columns c0.. (whole heads of HD columns).
+                    r0 = off_m + WG * GA_WM * GA_SPLIT_M
+                    c0 = off_n + WG * GA_WN * (1 - GA_SPLIT_M)
+                    b0 = r0 // S
+                    row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
+                    tma.store_wait(0)  # the previous tile's store has left the buffer
+                    gl.thread_barrier()
+                    epi_ga.store(acc.to(dtype))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    for j in gl.static_range(GA_WN // HD):
+                        h = c0 // HD + j
+                        tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], epi_ga.slice(j * HD, HD, dim=1))
+            else:
+                for t in range(gw_lo, n_gw, gw_step):
+                    wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
+                    off_o = wm * GW_BM
+                    off_i = wn * GW_BN
+                    acc = gl.zeros([GW_WM, GW_BN], gl.float32, gw_layout)
+                    prev = 0
+                    for k in range(0, M, BK):
+                        s = it % STAGES
+                        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                        a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
+                        a = a.slice(WG * GW_WM, GW_WM, dim=1).permute((1, 0))
+                        b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
+                        acc = warpgroup_mma(a, b, acc, is_async=True)
+                        acc = warpgroup_mma_wait(1, deps=(acc,))
+                        if k > 0:
+                            mbarrier.arrive(empty.index(prev), count=1)
+                        prev = s
+                        it += 1
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(empty.index(prev), count=1)
+                    tma.store_wait(0)
+                    gl.thread_barrier()
+                    epi_gw.store(acc.to(dtype))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    for j in gl.static_range(GW_BN // 64):
+                        tma.async_copy_shared_to_global(
+                            gw_out, [off_o + WG * GW_WM, off_i + j * 64], epi_gw.slice(j * 64, 64, dim=1)
+                        )
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
+                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):  # fmt: skip
+        _consumer(
+            0,
+            ga_out,
+            gw_out,
+            a_ring,
+            b_ring,
+            ready,
+            empty,
+            epi0,
+            M,
+            S,
+            n_ga_m,
+            P_GA,
+            GA_FIRST,
+            HID,
+            NH,
+            HD,
+            GA_BM,
+            GA_BN,
+            GW_BM,
+            GW_BN,
+            BK,
+            STAGES,
+            GROUP,
+        )
+
+    @gluon.jit
+    def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
+                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):  # fmt: skip
+        _consumer(
+            1,
+            ga_out,
+            gw_out,
+            a_ring,
+            b_ring,
+            ready,
+            empty,
+            epi1,
+            M,
+            S,
+            n_ga_m,
+            P_GA,
+            GA_FIRST,
+            HID,
+            NH,
+            HD,
+            GA_BM,
+            GA_BN,
+            GW_BM,
+            GW_BN,
+            BK,
+            STAGES,
+            GROUP,
+        )
+
+    @gluon.jit
+    def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
+                     GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                     GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                     go_a, w_b, go_t, x_b):  # fmt: skip
+        _loader(
+            go_a,
+            w_b,
+            go_t,
+            x_b,
+            a_ring,
+            b_ring,
+            ready,
+            empty,
+            M,
+            n_ga_m,
+            P_GA,
+            GA_FIRST,
+            HID,
+            GA_BM,
+            GA_BN,
+            GW_BM,
+            GW_BN,
+            BK,
+            STAGES,
+            GROUP,
+        )
+
+    @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
+    def gluon_bwd_kernel(
+        go_ptr, w_ptr, x_ptr, ga_ptr, gw_ptr,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+    ):  # fmt: skip
+        """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
+        descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
+        lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        GA_WM: gl.constexpr = GA_BM // 2 if GA_BM >= 128 else GA_BM
+        go_a = tma.make_tensor_descriptor(go_ptr, [M, HID], [HID, 1], [GA_BM, BK], lay)
+        w_b = tma.make_tensor_descriptor(w_ptr, [HID, HID], [HID, 1], [BK, 64], lay)
+        go_t = tma.make_tensor_descriptor(go_ptr, [M, HID], [HID, 1], [BK, 64], lay)
+        x_b = tma.make_tensor_descriptor(x_ptr, [M, HID], [HID, 1], [BK, 64], lay)
+        ga_out = tma.make_tensor_descriptor(ga_ptr, [M * NH, HD], [HD, 1], [GA_WM, HD], lay)
+        gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
+        _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS)  # fmt: skip
+
+    @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
+    def gluon_bwd_kernel_host_desc(
+        go_a, w_b, go_t, x_b, ga_out, gw_out,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+    ):  # fmt: skip
+        """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): measured in v18, not
+        replayable by the CI (its signature types name the shared layout)."""
+        _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS)  # fmt: skip
+
+    @gluon.jit
+    def _gluon_body(
+        go_a, w_b, go_t, x_b, ga_out, gw_out,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+    ):  # fmt: skip
+        """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
+        partition is consumer 0)."""
+        dtype: gl.constexpr = go_a.dtype
+        gl.static_assert(GW_BM == 128 and GA_BM % 64 == 0, "two warpgroups of 64 rows")
+        # A stage holds either kind's blocks: sized by the larger of each, viewed per kind (_reinterpret).
+        A_COLS: gl.constexpr = GW_BM if GW_BM >= GA_BM else GA_BM
+        B_COLS: gl.constexpr = GW_BN if GW_BN >= GA_BN else GA_BN
+        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, A_COLS], go_t.layout)
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
+        # One epilogue buffer per warpgroup: 64 rows by the wider of its two kinds of half-tile.
+        GA_WN: gl.constexpr = GA_BN if GA_BM >= 128 else GA_BN // 2
+        EPI_COLS: gl.constexpr = GW_BN if GW_BN >= GA_WN else GA_WN
+        epi0 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
+        epi1 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)  # released by both consumer warpgroups
+            mbarrier.arrive(empty.index(i), count=2)  # every stage starts empty (phase 0 completed)
+        gl.warp_specialize(
+            [
+                (
+                    _consumer0,
+                    (
+                        ga_out,
+                        gw_out,
+                        a_ring,
+                        b_ring,
+                        ready,
+                        empty,
+                        epi0,
+                        epi1,
+                        M,
+                        S,
+                        n_ga_m,
+                        P_GA,
+                        GA_FIRST,
+                        HID,
+                        NH,
+                        HD,
+                        GA_BM,
+                        GA_BN,
+                        GW_BM,
+                        GW_BN,
+                        BK,
+                        STAGES,
+                        GROUP,
+                    ),
+                ),
+                (
+                    _consumer1,
+                    (
+                        ga_out,
+                        gw_out,
+                        a_ring,
+                        b_ring,
+                        ready,
+                        empty,
+                        epi0,
+                        epi1,
+                        M,
+                        S,
+                        n_ga_m,
+                        P_GA,
+                        GA_FIRST,
+                        HID,
+                        NH,
+                        HD,
+                        GA_BM,
+                        GA_BN,
+                        GW_BM,
+                        GW_BN,
+                        BK,
+                        STAGES,
+                        GROUP,
+                    ),
+                ),
+                (
+                    _loader_part,
+                    (
+                        ga_out,
+                        gw_out,
+                        a_ring,
+                        b_ring,
+                        ready,
+                        empty,
+                        epi0,
+                        epi1,
+                        M,
+                        S,
+                        n_ga_m,
+                        P_GA,
+                        GA_FIRST,
+                        HID,
+                        NH,
+                        HD,
+                        GA_BM,
+                        GA_BN,
+                        GW_BM,
+                        GW_BN,
+                        BK,
+                        STAGES,
+                        GROUP,
+                        go_a,
+                        w_b,
+                        go_t,
+                        x_b,
+                    ),
+                ),
+            ],
+            [4, 1],
+            [232, LOADER_REGS],
+        )
+
+
+# ------------------------------------------------------------------------------------------------ launcher
+def _nvmma(block: list[int]) -> gl.NVMMASharedLayout:
+    return gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+
+
+def launch_arguments(
+    go2: torch.Tensor, w2: torch.Tensor, x2: torch.Tensor, gw: torch.Tensor, ga: torch.Tensor, s: int,
+    cfg: GluonConfig, plan: Plan,
+) -> tuple[tuple, dict]:  # fmt: skip
+    """(positional arguments, constexpr keyword arguments) of one launch of ``gluon_bwd_kernel`` (pointers) or,
+    with ``cfg.host_desc``, of ``gluon_bwd_kernel_host_desc``: for the launcher and for compiling ahead of time on a
+    CPU host (``scripts/diag_gluon.py``)."""
+    m = go2.shape[0]
+    bk = cfg.bk
+    if cfg.host_desc:
+        go_a = GluonTensorDescriptor.from_tensor(go2, [cfg.ga_bm, bk], _nvmma([cfg.ga_bm, bk]))
+        w_b = GluonTensorDescriptor.from_tensor(w2, [bk, 64], _nvmma([bk, 64]))
+        go_t = GluonTensorDescriptor.from_tensor(go2, [bk, 64], _nvmma([bk, 64]))
+        x_b = GluonTensorDescriptor.from_tensor(x2, [bk, 64], _nvmma([bk, 64]))
+        # grad_attn_output (B, H, S, D) viewed (B*H*S, D): row (b*H + h)*S + s.
+        ga_rows = ga.view(m // s * NUM_HEADS * s, HEAD_DIM)
+        ga_wm = cfg.ga_bm // 2 if cfg.ga_bm >= 128 else cfg.ga_bm
+        ga_out = GluonTensorDescriptor.from_tensor(ga_rows, [ga_wm, HEAD_DIM], _nvmma([ga_wm, HEAD_DIM]))
+        gw_out = GluonTensorDescriptor.from_tensor(gw, [cfg.gw_bm // 2, 64], _nvmma([cfg.gw_bm // 2, 64]))
+        args: tuple = (go_a, w_b, go_t, x_b, ga_out, gw_out, m, s, plan.n_ga_m, plan.p_ga)
+    else:
+        args = (go2, w2, x2, ga, gw, m, s, plan.n_ga_m, plan.p_ga)
+    constexprs = {
+        "GA_FIRST": plan.ga_first,
+        "HID": HIDDEN,
+        "NH": NUM_HEADS,
+        "HD": HEAD_DIM,
+        "GA_BM": cfg.ga_bm,
+        "GA_BN": cfg.ga_bn,
+        "GW_BM": cfg.gw_bm,
+        "GW_BN": cfg.gw_bn,
+        "BK": bk,
+        "STAGES": cfg.stages,
+        "GROUP": cfg.group,
+        "LOADER_REGS": cfg.loader_regs,
+    }
+    return args, constexprs
+
+
+def entry_kernel(cfg: GluonConfig):
+    """The compiled entry point a configuration launches."""
+    return gluon_bwd_kernel_host_desc if cfg.host_desc else gluon_bwd_kernel
+
+
+_ALLOCATOR_SET = False
+
+
+def _ensure_allocator() -> None:
+    """Device-side TMA descriptors live in global scratch, which Triton asks of this allocator."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(
+            lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=torch.cuda.current_device())
+        )
+        _ALLOCATOR_SET = True
+
+
+@functools.lru_cache(maxsize=64)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def plan_for(m: int, cfg: GluonConfig, programs: int) -> Plan:
+    return plan_schedule(m, cfg.kernel_config(), programs)
+
+
+def launch(
+    go2: torch.Tensor, w2: torch.Tensor, x2: torch.Tensor, gw: torch.Tensor, ga: torch.Tensor, s: int,
+    cfg: GluonConfig,
+) -> None:  # fmt: skip
+    """One launch of the Gluon kernel on the current stream of the inputs' device (CUDA, sm_90)."""
+    device = go2.device
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    plan = plan_for(go2.shape[0], cfg, _sm_count(index))
+    args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+    if not cfg.host_desc:
+        _ensure_allocator()
+    with torch.cuda.device(device):
+        entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, num_warps=4)

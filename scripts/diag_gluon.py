@@ -1,0 +1,105 @@
+"""Compile the Gluon kernel (kernel/gluon_backward.py) for sm_90 on a machine without a GPU.
+
+Usage (CPU host, triton 3.6.0 installed): python scripts/diag_gluon.py [M ...] [--seq S] [--set stages=4]
+Prints per shape the shared memory, registers, spills, the wgmma and TMA counts of the PTX: what must hold
+before any device time is spent. Every table entry (enabled or not) is compiled by default;
+tests/kernel/test_gluon.py runs this in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import replace
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ms", nargs="*", type=int, default=[256, 512, 1024], metavar="M", help="rows of each shape")
+    ap.add_argument("--seq", type=int, default=128, help="seq_len of the shape compiled (S)")
+    ap.add_argument("--set", action="append", default=[], help="GluonConfig override key=value")
+    ap.add_argument("--both-entries", action="store_true", help="compile each shape with host and device descriptors")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import compile, make_backend  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+from kernel import gluon_backward as gb  # noqa: E402
+from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
+
+
+def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132):
+    """Compile the Gluon kernel for sm_90 with the launcher's own arguments for M rows of seq_len ``s``."""
+    plan = gb.plan_for(m, cfg, programs)
+    go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
+    x2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
+    w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
+    args, kwargs = gb.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+    kwargs = dict(kwargs, num_warps=4)
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    fn = gb.entry_kernel(cfg)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, options = binder(*args, **kwargs)
+    options, signature, cexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
+    src = GluonASTSource(fn, signature, cexprs, attrs)
+    return plan, compile(src, target=target, options=options.__dict__)
+
+
+def _resource_usage(cubin: bytes) -> str:
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(cubin)
+        fh.flush()
+        out = subprocess.run([tool, "-res-usage", fh.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
+    return f"regs {m.group(1)}, stack {m.group(2)}, local {m.group(4)}" if m else out.strip()[-200:]
+
+
+def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
+    plan, k = compile_for(m, s, cfg)
+    ptx = k.asm["ptx"]
+    return (
+        f"M={m:<5} S={s:<5} gluon {cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} stages {cfg.stages} "
+        f"{'host' if cfg.host_desc else 'device'} descriptors "
+        f"plan p_ga={plan.p_ga} programs={plan.programs}: shared {k.metadata.shared} B, "
+        f"{_resource_usage(k.asm['cubin'])}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
+        f"tma_load {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.shared::cluster.global', ptx))}, "
+        f"tma_store {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.global.shared', ptx))}, "
+        f"setmaxnreg {len(re.findall(r'setmaxnreg', ptx))}"
+    )
+
+
+def main(args: argparse.Namespace) -> None:
+    over = {}
+    for kv in args.set:
+        k, v = kv.split("=", 1)
+        over[k] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
+    for m in args.ms:
+        s = min(args.seq, m)
+        base = gb.gluon_config_for(m, s, (9, 0), include_disabled=True)
+        if base is None:
+            print(f"M={m:<5} S={s:<5} no Gluon table entry for this shape")
+            continue
+        cfg = replace(base, **over)
+        for host in (True, False) if args.both_entries else (cfg.host_desc,):
+            print(describe(m, s, replace(cfg, host_desc=host)), flush=True)
+
+
+if __name__ == "__main__":
+    main(ARGS)

@@ -1,0 +1,136 @@
+"""The Gluon (warp-specialised Hopper) path: its selection table on the CPU, its sm_90 compile without a GPU
+(scripts/diag_gluon.py), and on a GPU every table entry, enabled or not, against the harness's correctness loop."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel import gluon_backward as gb
+from kernel.configs import bucket_for
+from problem.correctness import check_rounds
+from problem.reference import make_inputs
+from problem.workload import CASES, HEAD_DIM, NUM_HEADS
+from tests.support import PROJECT
+
+H200_SHARED_MAX = 232448
+
+
+def _ptxas_present() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return False
+    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+
+
+def test_selection_table_is_hopper_only_and_per_shape() -> None:
+    for m, (cfg, enabled) in gb.GLUON_TABLE.items():
+        assert m in (256, 512, 1024, 2048) and isinstance(enabled, bool)
+        assert cfg.gw_bm == 128 and cfg.ga_bm in (64, 128) and cfg.bk == 64  # two warpgroups of 64 rows
+        # never on another architecture, nor under the interpreter (None), whatever the table says
+        for cap in (None, (8, 0), (10, 0), (12, 0)):
+            assert gb.gluon_config_for(m, 128, cap, include_disabled=True) is None
+        assert gb.gluon_config_for(m, 128, (9, 0)) == (cfg if enabled else None)
+        assert gb.gluon_config_for(m, 128, (9, 0), include_disabled=True) == cfg
+    # shapes the Gluon kernel cannot store (S not a multiple of the grad_attn tile's rows) and large M fall back
+    assert gb.gluon_config_for(300, 100, (9, 0), include_disabled=True) is None
+    assert gb.gluon_config_for(4096, 128, (9, 0), include_disabled=True) is None
+    assert gb.gluon_config_for(8192, 4096, (9, 0), include_disabled=True) is None
+
+
+def test_enabled_entries_are_replayable() -> None:
+    """The CI replays recorded launches, and the text of each argument's type reaches Triton's C launcher: every
+    argument of an enabled entry's launch (its Gluon host descriptors included) must be a type the plan contract
+    accepts (ci/harness/plan.py)."""
+    from triton.runtime.jit import mangle_type
+
+    from ci.harness.plan import signature_type
+
+    b, s = 1, 256
+    for m, (cfg, enabled) in gb.GLUON_TABLE.items():
+        if not enabled:
+            continue
+        s = max(s, cfg.ga_bm)
+        go, x, w = make_inputs(b, s, "cpu")
+        ga = torch.empty((b, NUM_HEADS, s, HEAD_DIM), dtype=go.dtype)
+        plan = gb.plan_for(b * s, cfg, 132)
+        args, _ = gb.launch_arguments(
+            go.reshape(b * s, -1), w, x.reshape(b * s, -1), torch.empty_like(w), ga, s, cfg, plan
+        )
+        for i, arg in enumerate(args):
+            ty = mangle_type(arg)
+            assert signature_type(ty, f"M={m} argument {i}") == ty
+
+
+def test_enabled_entries_cover_only_measured_buckets() -> None:
+    """Every enabled entry must name the bucket of a workload case (where it was measured on the H200)."""
+    case_buckets = {bucket_for(c.m) for c in CASES}
+    for m, (_, enabled) in gb.GLUON_TABLE.items():
+        if enabled:
+            assert m in case_buckets
+
+
+@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(PROJECT)
+    out = subprocess.run(
+        [sys.executable, "scripts/diag_gluon.py", *map(str, gb.GLUON_TABLE), "--both-entries"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
+    assert len(lines) == 2 * len(gb.GLUON_TABLE), out.stdout  # host- and device-descriptor entry points
+    for line in lines:
+        assert 0 < int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+        assert "local 0" in line and "stack 0" in line, line
+        assert int(re.search(r"wgmma (\d+)", line).group(1)) > 0, line
+        assert int(re.search(r"tma_load (\d+)", line).group(1)) > 0, line
+        assert int(re.search(r"tma_store (\d+)", line).group(1)) > 0, line
+        assert int(re.search(r"setmaxnreg (\d+)", line).group(1)) > 0, line  # warp-specialised partitions
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+def _gluon_fn(cfg: gb.GluonConfig):
+    def fn(go, x, w, out=None):
+        b, s = go.shape[0], go.shape[1]
+        ga, gw = out or (
+            torch.empty((b, NUM_HEADS, s, HEAD_DIM), dtype=go.dtype, device=go.device),
+            torch.empty_like(w),
+        )
+        gb.launch(go.reshape(-1, go.shape[-1]), w, x.reshape(-1, x.shape[-1]), gw, ga, s, cfg)
+        return ga, gw
+
+    return fn
+
+
+_GPU_SHAPES = [(1, 256), (4, 128), (1, 1024), (4, 256), (8, 128), (3, 128), (5, 64), (2, 192), (7, 128), (1, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), _GPU_SHAPES)
+def test_gluon_table_entries_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    cfg = gb.gluon_config_for(b * s, s, (9, 0), include_disabled=True)
+    if cfg is None:
+        pytest.skip("no Gluon entry for this shape")
+    fn = _gluon_fn(cfg)
+    res = check_rounds(fn, b, s, torch.device("cuda"), rounds=3, seed=11 * s + b)
+    assert res.ok, f"({b},{s}): {res.reason}"
+    g, x, w = make_inputs(b, s, "cuda")
+    first = [t.clone() for t in fn(g, x, w)]
+    again = fn(g, x, w)
+    for p, q in zip(first, again, strict=True):
+        assert torch.equal(p.view(torch.int16), q.view(torch.int16))  # bit for bit, run to run
