@@ -13,6 +13,11 @@ runner judges the stored run instead of measuring the commit again.
 ``flush``: spool, ingest, link the run to its job, unspool; a document that fails validation is stored as a
 rejected run instead (never an exception) and its file set aside in ``rejected/``.
 
+A reader never makes the runner give up at once: when the history is locked (a long ``solci sql`` read, which its
+``--timeout`` bounds), the runner's ``store`` keeps the file in the spool and tries again from it, with backoff,
+for up to its patience (``patiently``; ``$SOLCI_STORE_PATIENCE``, 300 s), before the job ends ``infra_error``.
+The runner waits out its judging and the record of the job's outcome the same way.
+
 A file holds ``{"format": 1, "spooled_at", "job_id", "purpose", "parent", "ingest": {...}, "doc": {...}}``
 (``ingest``: further keyword arguments of ``storage.ingest.ingest_result``). A document that fails validation
 can never be ingested: it is stored as a rejected run and the file moves to ``rejected/`` (the newest
@@ -26,14 +31,15 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from storage import jobs
-from storage.backend import StorageError
+from storage.backend import DatabaseLockedError, StorageError
 from storage.ingest import ingest_result, reject
 from storage.result import SchemaError
 
@@ -42,14 +48,58 @@ FORMAT = 1
 KEEP_REJECTED = 32  # files of rejected documents kept in rejected/ (a hostile commit can forge many)
 
 
+# What a write waits out: another process holds the history (a reader of the file, a lake's lock). An unreachable
+# catalog is not waited for here: the job ends infra_error and the next look at the queue stores the result.
+WAIT_ERRORS: tuple[type[Exception], ...] = (DatabaseLockedError,)
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # the backoff of ``patiently``: the first pause, doubling up to the last
+_T = TypeVar("_T")
+
+
+def history_key(db: Any) -> str:
+    """A short name of the history ``db`` is (a hash of the lake's spec, or of the file's resolved path): what
+    keys this host's folders of one history (the spool, a runner's work folders), so that two checkouts or two
+    histories on one host never share one."""
+    url = db.url if getattr(db, "backend", "file") == "lake" else str(Path(db.path).expanduser().resolve())
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
 def spool_dir(db: Any) -> Path:
     """This host's spool folder for ``db`` ($SOLCI_SPOOL, else one folder per database under ~/.cache)."""
     env = os.environ.get(SPOOL_ENV)
     if env:
         return Path(env).expanduser()
-    url = db.url if getattr(db, "backend", "file") == "lake" else str(Path(db.path).expanduser().resolve())
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    return Path("~/.cache/solci/spool").expanduser() / digest
+    return Path("~/.cache/solci/spool").expanduser() / history_key(db)
+
+
+def patiently(
+    action: Callable[[], _T],
+    *,
+    patience_s: float,
+    on_wait: Callable[[BaseException], None] | None = None,
+) -> _T:
+    """``action()``; while it raises one of ``WAIT_ERRORS`` (the history locked by another process), try again
+    with backoff (``RETRY_FIRST_S`` doubling up to ``RETRY_MAX_S``) for up to ``patience_s`` seconds from the
+    first failure, then raise the last error. ``on_wait`` is called once, at the first failure, when there is
+    patience to spend. Any other error is raised at once, and so is one an inner ``patiently`` already waited
+    out (a confirmation run's store inside judging is not waited for twice)."""
+    deadline: float | None = None
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            return action()
+        except WAIT_ERRORS as exc:
+            if getattr(exc, "patience_spent", False):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + max(0.0, patience_s)
+                if patience_s > 0 and on_wait is not None:
+                    on_wait(exc)
+            if now >= deadline:
+                exc.patience_spent = True  # type: ignore[attr-defined]
+                raise
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, RETRY_MAX_S)
 
 
 @dataclass
@@ -177,15 +227,40 @@ def store(
     purpose: str = "measure",
     parent: str | None = None,
     spooled: Path | None = None,
+    patience_s: float = 0.0,
+    on_wait: Callable[[BaseException], None] | None = None,
     **ingest: Any,
 ) -> Stored:
     """Spool ``doc`` (unless it is already, at ``spooled``), ingest it, link its run to ``job_id`` (a
     ``measure`` run; one from the spool also queues its job again, to be judged), remove the spool file. A
     document that fails validation (``SchemaError``, including a
     ``RejectedResult``) is stored as a rejected run and its file set aside: returned with the reason, never
-    raised. Raises what the history raised (locked, full, unreachable: ``StorageError``, ``OSError``); the
-    spool file then stays for ``flush``."""
+    raised. While the history is locked by another process, the spooled file is stored again with backoff for up to
+    ``patience_s`` seconds (``patiently``; ``on_wait`` says so once), never spooled or measured again. Raises
+    what the history raised (locked, full, unreachable: ``StorageError``, ``OSError``); the spool file then
+    stays for ``flush``."""
     path = spooled or save(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
+    return patiently(
+        lambda: _store_spooled(
+            db, doc, path, job_id=job_id, purpose=purpose, parent=parent, flushed=spooled is not None, **ingest
+        ),
+        patience_s=patience_s,
+        on_wait=on_wait,
+    )
+
+
+def _store_spooled(
+    db: Any,
+    doc: dict,
+    path: Path,
+    *,
+    job_id: int | None,
+    purpose: str,
+    parent: str | None,
+    flushed: bool,
+    **ingest: Any,
+) -> Stored:
+    """One attempt of ``store`` at the spooled file ``path`` (``flushed``: an earlier attempt's file)."""
     run_id = str(doc.get("run_id")) if isinstance(doc, dict) else "?"
     try:
         new = ingest_result(db, doc, job_id=job_id, purpose=purpose, parent=parent, **ingest)
@@ -196,7 +271,7 @@ def store(
     requeued = False
     if job_id is not None and purpose == "measure":
         jobs.link_run(db, job_id, run_id)  # ingest links a new run on the file; a lake's queue is elsewhere
-        if spooled is not None:  # an earlier attempt's result: its job is judged, not measured again
+        if flushed:  # an earlier attempt's result: its job is judged, not measured again
             note = f"spool: run {run_id} uploaded from the spool; to be judged"
             requeued = jobs.requeue_for_judging(db, job_id, run_id, note)
     remove(path)

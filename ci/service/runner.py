@@ -6,7 +6,14 @@ before it, before any verdict; ``ci.verdict.confirm`` decides those runs, this r
 finish the job with its outcome and log. Whatever happens to one job (a broken commit, a crash of the
 measurement, an error of the runner itself) is recorded and the runner goes on to the next. On start, jobs a
 killed runner of the same GPU slot left ``running`` are queued again and what its executor left behind is
-removed, so a job interrupted half-way is retried and stored once.
+removed (only what a dead runner of this history and slot left: ``Executor.cleanup_stale``), so a job interrupted
+half-way is retried and stored once.
+
+A reader never makes the runner give up at once: while the history is locked by another process (a ``solci sql``
+read, which its ``--timeout`` bounds), the runner keeps the result in its spool and stores it from there with
+backoff, and waits out its judging and the record of the outcome the same way, for
+up to ``JobRunnerConfig.store_patience_s`` seconds each (``$SOLCI_STORE_PATIENCE``, 300); past that the job ends
+``infra_error`` with the result in the spool, and the next runner's look at the queue stores and judges it.
 
 What the runner says goes through one channel (``RunnerLog``): each event to the job's stored log, the
 terminal, or both.
@@ -94,6 +101,26 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+STORE_PATIENCE_ENV = "SOLCI_STORE_PATIENCE"
+DEFAULT_STORE_PATIENCE_S = 300.0
+
+
+def store_patience_s() -> float:
+    """How long a runner retries a write while another process holds the history (``spool.WAIT_ERRORS``) before the
+    job is ``infra_error``: ``$SOLCI_STORE_PATIENCE`` seconds (0: no retry), default 300 (well past the 30 s
+    ``solci sql --timeout`` a reader holds the file at most)."""
+    text = os.environ.get(STORE_PATIENCE_ENV)
+    if not text:
+        return DEFAULT_STORE_PATIENCE_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${STORE_PATIENCE_ENV}: expected seconds, got {text!r}") from None
+    if not value >= 0:
+        raise ValueError(f"${STORE_PATIENCE_ENV}: expected seconds (0 or more), got {text!r}")
+    return value
+
+
 @dataclass
 class JobRunnerConfig:
     gpu: str = "gpu0"
@@ -107,6 +134,9 @@ class JobRunnerConfig:
     gpu_model: str | None = None  # the GPU model this runner measures on; None: detected (ci.service.fleet)
     # a lake: compact it every N jobs (0: never; `solci compact` by hand or from cron); $SOLCI_COMPACT_EVERY
     compact_every: int = field(default_factory=lambda: int(os.environ.get("SOLCI_COMPACT_EVERY") or 0))
+    # seconds a write is retried while another process holds the history (a reader), from the spool for a
+    # result, before the job is infra_error; $SOLCI_STORE_PATIENCE
+    store_patience_s: float = field(default_factory=store_patience_s)
 
 
 @dataclass
@@ -220,7 +250,8 @@ class JobRunner:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = choose_executor(self.config.executor, gpu=self.config.gpu, **self.config.executor_options)
+            options = {"history": spool.history_key(self.db), **self.config.executor_options}
+            self._executor = choose_executor(self.config.executor, gpu=self.config.gpu, **options)
         return self._executor
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -244,7 +275,7 @@ class JobRunner:
                 removed = []
                 self.log(f"cleanup after a stopped runner failed: {exc}")
         if removed:
-            self.log(f"removed {len(removed)} leftover(s) of a stopped runner")
+            self.log(f"removed {len(removed)} leftover(s) of a stopped runner of this history and slot")
         self._started = True
         return requeued
 
@@ -366,8 +397,8 @@ class JobRunner:
         doc = execution.doc
         assert doc is not None
         ancestry = first_parent_ancestry(source, job.commit) if source is not None else []
-        kept = spool.store(
-            self.db,
+        kept = self._store(
+            log,
             doc,
             job_id=job.id,
             parent=ancestry[1] if len(ancestry) > 1 else None,
@@ -378,6 +409,35 @@ class JobRunner:
             log(f"result rejected: {kept.rejected}", to="log")
             return JudgedRun(None, "rejected", "rejected", f"the result document was rejected: {kept.rejected}")
         return self._judge(job, kept.run_id, source, log, ancestry)
+
+    def _store(self, log: RunnerLog, doc: dict, **how: Any) -> spool.Stored:
+        """``spool.store`` with this runner's patience: while another process holds the history the result
+        stays in the spool and is stored from there with backoff (said once in the job's log); past the patience
+        the error goes up (the job is infra_error) and the file stays for the next runner's flush."""
+        patience = self.config.store_patience_s
+
+        def waiting(exc: BaseException) -> None:
+            log(f"{_refused(exc)}; result kept in the spool, retrying for up to {patience:g} s")
+
+        try:
+            return spool.store(self.db, doc, patience_s=patience, on_wait=waiting, **how)
+        except spool.WAIT_ERRORS as exc:
+            log(
+                f"{_refused(exc)} for {patience:g} s; gave up: the result stays in the spool, and the next look at "
+                "the queue stores and judges it",
+                to="log",
+            )
+            raise
+
+    def _patiently(self, what: str, action: Callable[[], Any], log: RunnerLog, *, to: Where = "both") -> Any:
+        """``action()`` (judging, recording an outcome, queueing) with this runner's patience (``spool.patiently``):
+        a history another process holds is waited out, said once."""
+        patience = self.config.store_patience_s
+
+        def waiting(exc: BaseException) -> None:
+            log(f"{_refused(exc)} while {what}; retrying for up to {patience:g} s", to=to)
+
+        return spool.patiently(action, patience_s=patience, on_wait=waiting)
 
     def _judge(
         self, job: Job, run_id: str, source: Path | None, log: RunnerLog, ancestry: list[str] | None = None
@@ -392,11 +452,21 @@ class JobRunner:
             if (self.config.confirm and source is not None)
             else None
         )
-        result = judge_run(self.db, run_id, ancestry=ancestry or None, confirm=confirm, cfg=cfg)
+        # judging again after a refused write is safe: a run judged again replaces its judgement and its step
+        result = self._patiently(
+            "judging",
+            lambda: judge_run(self.db, run_id, ancestry=ancestry or None, confirm=confirm, cfg=cfg),
+            log,
+        )
         if result.late:
             log(result.late, to="log")
         if result.earlier:  # the change is the parent's (or older): make sure that commit is measured and judged
-            parent_job, created = jobs.enqueue(self.db, job.repo, result.earlier, branch=job.branch, trigger="blame")
+            earlier = result.earlier
+            parent_job, created = self._patiently(
+                "queueing the parent",
+                lambda: jobs.enqueue(self.db, job.repo, earlier, branch=job.branch, trigger="blame"),
+                log,
+            )
             log(
                 f"the change lies at {result.earlier[:12]} or before: "
                 + (f"queued it (job {parent_job})" if created else f"its job {parent_job} judges it"),
@@ -416,11 +486,11 @@ class JobRunner:
                 progress=self._progress(log),
             )
             ex = self.executor.execute(source, commit, branch=job.branch, repo=job.repo, options=options)
-            return self._store_confirmation(job, ex, commit)
+            return self._store_confirmation(job, ex, commit, log)
 
         return measure
 
-    def _store_confirmation(self, job: Job, ex: Execution, commit: str) -> Measured:
+    def _store_confirmation(self, job: Job, ex: Execution, commit: str, log: RunnerLog) -> Measured:
         """Store one confirmation run: its run id, or why it failed. Nothing of the document is read before
         validation; a document that fails it is stored as a rejected run (``storage.spool.store``), and a valid
         one whose suite did not pass is not stored (it is no re-measurement of the change)."""
@@ -433,8 +503,8 @@ class JobRunner:
         else:
             if ex.doc["suite"]["status"] != "pass":
                 return Measured(None, f"suite {ex.doc['suite']['status']}", ex.log)
-        kept = spool.store(
-            self.db,
+        kept = self._store(
+            log,
             ex.doc,
             job_id=job.id,
             purpose="confirm",
@@ -455,24 +525,32 @@ class JobRunner:
     def _finish(self, report: JobReport, log: RunnerLog, *, owner: str, attempts: int = 3) -> bool:
         """Record the job's outcome under its lease ``owner``; False when it could not be recorded (the report
         then says so): the lease was taken over, or storage kept failing (the job is then recovered once its
-        heartbeat is older than the lease timeout, and measured again)."""
+        heartbeat is older than the lease timeout, and measured again). A history another process holds is
+        waited out for the runner's patience; another failure is tried ``attempts`` times."""
+
+        def record() -> None:
+            jobs.finish(  # looked up at each call: tests replace storage.jobs.finish
+                self.db,
+                report.job_id,
+                status=report.status,
+                outcome=report.outcome,
+                log=report.log,
+                run_id=report.run_id,
+                owner=owner,
+            )
+
         for attempt in range(attempts):
             try:
-                jobs.finish(  # looked up at each call: tests replace storage.jobs.finish
-                    self.db,
-                    report.job_id,
-                    status=report.status,
-                    outcome=report.outcome,
-                    log=report.log,
-                    run_id=report.run_id,
-                    owner=owner,
-                )
+                self._patiently("recording its outcome", record, log, to="terminal")
                 return True
             except LeaseLostError as exc:
                 report.recorded, report.message = False, str(exc)
                 self.log(f"{exc} [this runner measured {report.outcome}]")
                 return False
-            except Exception as exc:  # e.g. the file stayed locked
+            except spool.WAIT_ERRORS as exc:  # refused for the whole patience: no more attempts
+                log(f"could not record its outcome ({exc})", to="terminal")
+                break
+            except Exception as exc:  # e.g. the disk full
                 log(f"could not record its outcome ({exc})", to="terminal")
                 if attempt + 1 < attempts:
                     time.sleep(2.0 * (attempt + 1))
@@ -484,3 +562,8 @@ class JobRunner:
             to="terminal",
         )
         return False
+
+
+def _refused(exc: BaseException) -> str:
+    """What a write the history refused for now (``spool.WAIT_ERRORS``) says in a job's log."""
+    return "history locked by another process"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import pytest
 
 from ci.service.executors import choose_executor
 from ci.service.executors.base import MeasureOptions
-from ci.service.executors.docker import LABEL, DockerExecutor
+from ci.service.executors.docker import HISTORY_LABEL, LABEL, OWNER_LABEL, DockerExecutor, owner_id
 from ci.service.executors.local import LocalExecutor
 from ci.service.runner import outcome_of
+from storage.jobs import process_start, this_host
 from tests.support.repo_factory import ProjectRepo, make_project_repo, small_repo
 
 REASON = DockerExecutor.unavailable_reason()
@@ -143,12 +145,59 @@ def test_context_is_the_commits_tree_under_candidate_with_the_runners_dockerfile
     assert text.startswith("FROM solci-harness:test") and "COPY --chown=0:0 candidate /candidate" in text
 
 
-def test_cleanup_stale_removes_leftover_containers(executor: DockerExecutor) -> None:
-    c = executor.client.containers.create(
-        "solci-base:bookworm", ["sleep", "60"], labels={LABEL: "gputest"}, network_mode="none"
-    )
-    assert c.name in executor.cleanup_stale()
-    assert not executor.client.containers.list(all=True, filters={"label": f"{LABEL}=gputest"})
+def test_cleanup_stale_removes_only_what_dead_runners_of_its_history_and_slot_left(
+    executor: DockerExecutor, monkeypatch
+) -> None:
+    """Issue 19, finding 7: cleanup used to remove every container of the slot's label, a live runner's of
+    another history too. Now only a dead owner's (this host: pid gone or reused) of this history and slot, or,
+    owned under another host name, one that exited longer than a lease timeout ago."""
+    monkeypatch.setenv("SOLCI_LEASE_TIMEOUT", "0.001")  # "longer than a lease timeout ago": any exited container
+    proc = subprocess.Popen(["sleep", "60"])
+    dead = f"{this_host()}:{proc.pid}:{process_start(proc.pid)}"
+    proc.kill()
+    proc.wait()
+    mine = {LABEL: "gputest", HISTORY_LABEL: executor.history}
+    made: list = []
+    volumes: list = []
+
+    def container(labels: dict[str, str], *, exited: bool = False):
+        c = executor.client.containers.create("solci-base:bookworm", ["true"], labels=labels, network_mode="none")
+        made.append(c)
+        if exited:
+            c.start()
+            c.wait(timeout=60)
+        return c
+
+    try:
+        gone = container({**mine, OWNER_LABEL: dead})
+        abandoned = container({**mine, OWNER_LABEL: "another-host:7:7"}, exited=True)  # a recreated runner's
+        kept = [
+            container({**mine, OWNER_LABEL: owner_id()}),  # a live runner's (this process)
+            container({**mine, OWNER_LABEL: "another-host:7:7"}),  # another host's, not finished
+            container({LABEL: "gputest", HISTORY_LABEL: "another-history", OWNER_LABEL: dead}),
+            container({LABEL: "gputest", OWNER_LABEL: dead}),  # no history: an older runner's, not known here
+            container({LABEL: "gpuother", HISTORY_LABEL: executor.history, OWNER_LABEL: dead}),
+        ]
+        volumes += [
+            executor.client.volumes.create(
+                name=f"{abandoned.name}-out", labels={**mine, OWNER_LABEL: "another-host:7:7"}
+            ),
+            executor.client.volumes.create(name=f"solci-test-dead-{proc.pid}", labels={**mine, OWNER_LABEL: dead}),
+            executor.client.volumes.create(
+                name=f"solci-test-live-{proc.pid}", labels={**mine, OWNER_LABEL: owner_id()}
+            ),
+        ]
+        removed = executor.cleanup_stale()
+        assert sorted(removed) == sorted([gone.name, abandoned.name, volumes[0].name, volumes[1].name])
+        left = {c.name for c in executor.client.containers.list(all=True, filters={"label": "solci.owner"})}
+        assert {c.name for c in kept} <= left and gone.name not in left and abandoned.name not in left
+        assert volumes[2].name in {v.name for v in executor.client.volumes.list()}
+    finally:
+        for thing in [*made, *volumes]:
+            try:
+                thing.remove(force=True)
+            except Exception:
+                pass
 
 
 def test_prune_keeps_the_newest_images(repo: ProjectRepo, executor: DockerExecutor) -> None:

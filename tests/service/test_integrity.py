@@ -139,7 +139,7 @@ def test_hostile_commit_in_the_local_sandbox_changes_nothing(scene, tmp_path: Pa
     assert r["write_history"].startswith("refused") and r["plant_hook"].startswith("refused")
     assert r["network"].startswith("refused") and r["dns"].startswith("refused")
     assert str(t.history) not in r["parent_cmdline"] and r["env_history"] == "done: None"
-    assert not list((tmp_path / "work").glob("gpuh-*")), "the work folder is removed"
+    assert not list((tmp_path / "work").glob("*/gpuh/run-*")), "the work folder is removed"
     # stored, it is a broken run of the commit and nothing else: no figure, no record
 
     db = open_database(tmp_path / "judged.duckdb")

@@ -421,6 +421,7 @@ def test_a_job_whose_outcome_could_not_be_recorded_is_measured_again_by_the_same
     heartbeat is older than the lease timeout, and the same runner measures it again."""
     monkeypatch.setenv(jobs.LEASE_TIMEOUT_ENV, "1")
     monkeypatch.setenv(jobs.HEARTBEAT_ENV, "0.2")
+    monkeypatch.setenv("SOLCI_STORE_PATIENCE", "0.2")  # the lock outlasts the runner's patience
     _, shas = queued_commits(db, tmp_path, n=1)
     real_finish, failing = jobs.finish, [True]
 
@@ -635,7 +636,7 @@ def test_killed_worker_job_is_retried_and_stored_once(history: dict, tmp_path: P
         pid_files: list[Path] = []
         while time.monotonic() < deadline and not pid_files:
             time.sleep(0.3)
-            pid_files = list(work.glob("gpu0-*/pid"))
+            pid_files = list(work.glob("*/gpu0/run-*/pid"))  # <work>/<history>/<slot>/run-XXXX
         assert pid_files, "the worker never started a measurement"
         time.sleep(3.0)  # mid-measurement
         assert get_job(db, job_id).status == "running"
@@ -661,7 +662,7 @@ def test_killed_worker_job_is_retried_and_stored_once(history: dict, tmp_path: P
         n_runs = conn.execute('SELECT count(*) FROM runs WHERE "commit" = ?', [sha]).fetchone()[0]
         n_jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
     assert (n_runs, n_jobs) == (1, 1)
-    assert not list(work.glob("gpu0-*")), "the killed run's work folder was not cleaned up"
+    assert not list(work.glob("*/gpu0/run-*")), "the killed run's work folder was not cleaned up"
 
 
 def _proc_state(pid: int) -> str:
@@ -679,7 +680,8 @@ def test_local_executor_timeout_kills_and_cleans_up(tmp_path: Path) -> None:
     res = ex.execute(repo.path, repo.head(), branch="main", repo=str(repo.path), options=opts)
     assert res.status == "timed_out" and res.doc is None, res.log[-2000:]
     assert "killed after 4 s" in res.log  # its own limit ended it (a hang is the test's timeout)
-    assert not list((tmp_path / "work").glob("gpu7-*"))  # work folder removed (the commit's Triton cache stays)
+    assert list((tmp_path / "work").glob("*/gpu7/triton-cache"))  # the commit's Triton cache stays, keyed too
+    assert not list((tmp_path / "work").glob("*/gpu7/run-*"))  # work folder removed
     assert len(git(repo.path, "worktree", "list").splitlines()) == 1  # no worktree: the tree is an export
 
 

@@ -14,6 +14,9 @@ from storage.result import SchemaError, parse
 
 EXECUTOR_ENV = "SOLCI_EXECUTOR"
 EXECUTOR_KINDS = ("auto", "docker", "local")
+# The history an executor works for when none was given (``storage.spool.history_key`` of the runner's database
+# otherwise): what keys its work folders, containers and clean-up (``Executor.cleanup_stale``).
+NO_HISTORY = "adhoc"
 LOG_LIMIT = 64_000  # characters of a log kept with a job (head and tail)
 
 # What an execution ended with. "ok": a valid result document came back (it may still say incorrect).
@@ -78,7 +81,8 @@ class Executor(Protocol):
         ...
 
     def cleanup_stale(self) -> list[str]:
-        """Remove what a killed earlier run of this worker left behind; return what was removed."""
+        """Remove what a killed earlier runner of this host, history and GPU slot left behind (its owner, by
+        host, pid and process start time, is gone; never by a name alone); return what was removed."""
         ...
 
 

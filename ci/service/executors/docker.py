@@ -17,8 +17,11 @@ private ``/tmp``, every capability dropped, ``no-new-privileges``, no network, m
 engine host's), pids and time limits, the GPU when the host has one (device requests). The result document
 comes back from a per-run volume mounted at ``/out`` (``get_archive``, which also works when the runner itself
 is a container using the host's Docker socket); storage validates it before believing a figure. Containers
-and volumes carry the labels ``solci.gpu=<slot>`` and ``solci.owner=<host:pid>``; ``cleanup_stale`` removes
-what a killed runner of the slot left.
+and volumes carry the labels ``solci.gpu=<slot>``, ``solci.history=<history>`` (``storage.spool.history_key`` of
+the runner's database) and ``solci.owner=<host:pid:start>`` (the runner's process, ``storage.jobs.owner_id``);
+``cleanup_stale`` removes only what a dead runner of this history and slot left: its owner on this host is gone
+(pid gone, or reused: another start time), or, for an owner of another host name (a runner container
+recreated), the container exited longer than a lease timeout ago and no runner came back for it.
 
 What it does not isolate: inside the container the recording process (the commit's code) and the judging
 process that replays it run as one user, without a sandbox between them, so the commit's code could reach the
@@ -31,19 +34,20 @@ import hashlib
 import io
 import os
 import shutil
-import socket
 import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ci.harness.sandbox import harness_roots
 from ci.harness.timing import harness_version
 from ci.service.executors.base import (
+    NO_HISTORY,
     Execution,
     MeasureOptions,
     Progress,
@@ -53,6 +57,8 @@ from ci.service.executors.base import (
     measure_command,
 )
 from ci.service.gitutil import GitError, archive
+from storage.jobs import lease_timeout_s, parse_owner, process_start, this_host
+from storage.jobs import owner_id as process_owner
 
 DEFAULT_BASE_IMAGE = "solci-deps:latest"
 BASE_IMAGE_ENV = "SOLCI_BASE_IMAGE_FOR_RUNS"
@@ -60,6 +66,7 @@ HARNESS_REPO = "solci-harness"
 IMAGE_REPO = "solci-run"
 LABEL = "solci.gpu"
 OWNER_LABEL = "solci.owner"
+HISTORY_LABEL = "solci.history"
 RUN_USER = "10001:10001"
 HARNESS_DIR = "/opt/solci"
 HOST_MEMORY_SHARE = 0.8
@@ -83,7 +90,31 @@ def _bytes(text: str) -> int:
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid:start`` of this runner process (``storage.jobs.owner_id``): what a container's owner label says."""
+    return process_owner()
+
+
+def owner_gone(owner: str | None) -> bool | None:
+    """Whether the runner an owner label names is gone: True (on this host, its pid is gone or is another process
+    now), False (alive), None (not known here: another host's, or no such label)."""
+    parsed = parse_owner(owner)
+    if parsed is None or parsed[0] != this_host():
+        return None
+    _, pid, start = parsed
+    return process_start(pid) != start
+
+
+def _finished_long_ago(container: Any, seconds: float) -> bool:
+    """Whether ``container`` has exited, more than ``seconds`` ago (Docker's ``State.FinishedAt``)."""
+    state = (container.attrs or {}).get("State") or {}
+    if state.get("Status") not in ("exited", "dead"):
+        return False
+    text = str(state.get("FinishedAt") or "")
+    try:  # "2026-12-01T22:05:03.123456789Z": seconds are enough
+        finished = datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return False
+    return (datetime.now(UTC) - finished).total_seconds() > seconds
 
 
 @dataclass
@@ -156,8 +187,10 @@ class DockerExecutor:
         build_timeout: float = 1800.0,
         keep_images: int = 20,
         client: Any = None,
+        history: str | None = None,
     ) -> None:
         self.gpu = gpu
+        self.history = history or NO_HISTORY  # the runner's history (storage.spool.history_key)
         self.base_image = base_image or os.environ.get(BASE_IMAGE_ENV) or DEFAULT_BASE_IMAGE
         self.gpus = gpus  # auto | all | none
         self.pids_limit = pids_limit
@@ -168,7 +201,7 @@ class DockerExecutor:
 
     @classmethod
     def from_options(cls, *, gpu: str = "gpu0", **options: object) -> DockerExecutor:
-        keys = ("base_image", "gpus", "mem_limit", "pids_limit", "build_timeout", "keep_images")
+        keys = ("base_image", "gpus", "mem_limit", "pids_limit", "build_timeout", "keep_images", "history")
         return cls(gpu=gpu, **{k: v for k, v in options.items() if k in keys and v is not None})  # type: ignore[arg-type]
 
     @staticmethod
@@ -359,6 +392,10 @@ class DockerExecutor:
             return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         return [types.DeviceRequest(device_ids=[idx], capabilities=[["gpu"]])]
 
+    def labels(self) -> dict[str, str]:
+        """What a container or volume of this runner carries: its slot, its history, its owner (this process)."""
+        return {LABEL: self.gpu, HISTORY_LABEL: self.history, OWNER_LABEL: owner_id()}
+
     def run_options(self, *, timeout: float, env: dict[str, str] | None, commit: str) -> dict[str, Any]:
         """The keyword arguments of ``containers.run``: every limit and lock-down in one place."""
         return {
@@ -375,7 +412,7 @@ class DockerExecutor:
             "device_requests": self._device_requests(),
             "shm_size": "1g",
             "environment": {"PYTHONUNBUFFERED": "1", "HOME": "/tmp", "TRITON_CACHE_DIR": "/tmp/triton", **(env or {})},
-            "labels": {LABEL: self.gpu, OWNER_LABEL: owner_id(), "solci.commit": commit},
+            "labels": {**self.labels(), "solci.commit": commit},
             "stop_signal": "SIGKILL",
         }
 
@@ -422,7 +459,7 @@ class DockerExecutor:
         name = f"solci-{self.gpu}-{(commit or 'adhoc')[:12]}-{uuid.uuid4().hex[:6]}"
         container = volume = None
         try:
-            volume = self.client.volumes.create(name=f"{name}-out", labels={LABEL: self.gpu, OWNER_LABEL: owner_id()})
+            volume = self.client.volumes.create(name=f"{name}-out", labels=self.labels())
             opts = self.run_options(timeout=timeout, env=env, commit=commit)
             container = self.client.containers.run(
                 image, cmd, name=name, volumes={volume.name: {"bind": "/out", "mode": "rw"}}, **opts
@@ -473,15 +510,26 @@ class DockerExecutor:
 
     # ------------------------------------------------------------------------------------------ recovery
     def cleanup_stale(self) -> list[str]:
-        """Remove the containers and volumes a killed runner of this slot left (labelled ``solci.gpu``)."""
-        removed = []
-        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.gpu}"}):
+        """Remove the containers and volumes a dead runner of this history and slot left (labels ``solci.gpu``
+        and ``solci.history``): its owner on this host is gone (``owner_gone``), or, owned under another host
+        name, the container exited more than a lease timeout ago (its runner would have removed it right away)
+        and its ``-out`` volume with it. A live runner's, another history's or another slot's stay."""
+        mine = {"label": [f"{LABEL}={self.gpu}", f"{HISTORY_LABEL}={self.history}"]}
+        removed: list[str] = []
+        orphans: set[str] = set()
+        for c in self.client.containers.list(all=True, filters=mine):
+            gone = owner_gone((c.labels or {}).get(OWNER_LABEL))
+            if gone is False or (gone is None and not _finished_long_ago(c, lease_timeout_s())):
+                continue
             try:
                 c.remove(force=True)
                 removed.append(c.name)
+                orphans.add(f"{c.name}-out")
             except Exception:
                 pass
-        for v in self.client.volumes.list(filters={"label": f"{LABEL}={self.gpu}"}):
+        for v in self.client.volumes.list(filters=mine):
+            if not (owner_gone((v.attrs.get("Labels") or {}).get(OWNER_LABEL)) or v.name in orphans):
+                continue
             try:
                 v.remove(force=True)
                 removed.append(v.name)

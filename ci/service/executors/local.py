@@ -7,9 +7,15 @@ subprocess in the work folder with ``--candidate <tree>``, and starts its case w
 sandbox (``ci.harness.sandbox``: the tree read-only, a private scratch folder, the GPU's device nodes, nothing else:
 no history file, no source ``.git``, no home, no network). ``sandbox="none"`` (``--trusted``) measures
 without the sandbox and says so in the log. The measurement gets its own process group (killed whole on
-timeout) and dies with the runner (``PR_SET_PDEATHSIG``). Each run works in ``<work_root>/<gpu>-XXXX/``
-(``tree/``, ``scratch/``, ``result.json``, ``log.txt``, ``pid``), removed afterwards; ``cleanup_stale`` removes
-what a killed runner left there.
+timeout) and dies with the runner (``PR_SET_PDEATHSIG``).
+
+Work folders are keyed by the runner's history and GPU slot: ``<work_root>/<history>/<gpu>/`` (``history``: a hash
+of the runner's database, ``storage.spool.history_key``), so two checkouts or two histories on one host never share
+one. Each run works in ``run-XXXX/`` there (``owner.json``, ``tree/``, ``scratch/``, ``result.json``,
+``log.txt``, ``pid``), removed afterwards; ``owner.json`` (host, pid and process start time of the runner,
+history, slot) is written before anything else. ``cleanup_stale`` removes a run folder only when its owner is a
+runner of this host, history and slot that is gone (its pid gone, or reused: another start time); a folder
+without a readable owner is left alone. Triton's cache of a commit is ``triton-cache/<commit>`` in the same folder.
 
 The result document the measurement writes is parsed here and handed back as it is: storage validates it
 before believing any figure (``storage.result.validate``; a document that fails is a rejected run).
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import json
 import os
 import shutil
 import signal
@@ -34,6 +41,7 @@ from pathlib import Path
 from ci.harness import sandbox as sb
 from ci.harness.sandbox import boot_code
 from ci.service.executors.base import (
+    NO_HISTORY,
     Execution,
     MeasureOptions,
     Progress,
@@ -43,12 +51,55 @@ from ci.service.executors.base import (
     measure_command,
 )
 from ci.service.gitutil import GitError, archive
+from storage.jobs import process_start, this_host
 
 _PR_SET_PDEATHSIG = 1
+OWNER_FILE = "owner.json"
+RUN_PREFIX = "run-"
 
 
 def default_work_root() -> Path:
+    """Where every local runner of this user keeps its work folders (``$SOLCI_WORK``); each history and slot has
+    its own folder inside (``LocalExecutor.slot_root``)."""
     return Path(os.environ.get("SOLCI_WORK") or Path(tempfile.gettempdir()) / f"solci-work-{os.getuid()}")
+
+
+def _folder_name(text: str) -> str:
+    """``text`` as one folder name (no separator, never ``.`` or ``..``)."""
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(text))[:64].strip(".")
+    return name or "_"
+
+
+def owner_record(history: str, slot: str) -> dict:
+    """Who a work folder belongs to: this process (host, pid, process start time), its history and slot."""
+    pid = os.getpid()
+    return {"format": 1, "host": this_host(), "pid": pid, "start": process_start(pid), "history": history, "slot": slot}
+
+
+def owner_alive(owner: dict) -> bool:
+    """Whether the runner ``owner`` names (on this host) is still running: its pid exists with the same process
+    start time (a reused pid is another process)."""
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    start = owner.get("start")
+    if start is None:  # its start time could not be read when it was written: the pid alone tells
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return process_start(pid) == str(start)
+
+
+def _read_owner(workdir: Path) -> dict | None:
+    try:
+        owner = json.loads((workdir / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 def _resolve_prctl() -> Callable[..., int] | None:
@@ -103,27 +154,34 @@ class LocalExecutor:
         python: str | None = None,
         work_root: str | Path | None = None,
         sandbox: str = "auto",
+        history: str | None = None,
     ) -> None:
 
         self.gpu = gpu
         self.python = python or sys.executable
         self.work_root = Path(work_root) if work_root else default_work_root()
+        self.history = history or NO_HISTORY  # the runner's history (storage.spool.history_key)
         self.sandbox = sb.resolve(sandbox)  # SandboxUnavailable for auto/bwrap without a working bwrap
 
     @classmethod
     def from_options(cls, *, gpu: str = "gpu0", **options: object) -> LocalExecutor:
-        keys = ("python", "work_root", "sandbox")
+        keys = ("python", "work_root", "sandbox", "history")
         return cls(gpu=gpu, **{k: v for k, v in options.items() if k in keys and v is not None})  # type: ignore[arg-type]
 
     def describe(self) -> str:
         return f"local ({'sandbox ' + self.sandbox if self.sandbox != 'none' else 'TRUSTED: no sandbox'})"
+
+    @property
+    def slot_root(self) -> Path:
+        """This runner's own folder: ``<work_root>/<history>/<gpu>/`` (its runs and its Triton caches)."""
+        return self.work_root / _folder_name(self.history) / _folder_name(self.gpu)
 
     KEEP_CACHES = 32
 
     def triton_cache(self, commit: str) -> Path:
         """Triton's cache for one commit's runs (its confirmation re-runs compile nothing); the oldest of more
         than KEEP_CACHES are removed."""
-        root = self.work_root / "triton-cache"
+        root = self.slot_root / "triton-cache"
         path = root / commit[:20]
         if root.is_dir():
             others = sorted((p for p in root.iterdir() if p != path), key=lambda p: p.stat().st_mtime)
@@ -147,8 +205,13 @@ class LocalExecutor:
         self, source: Path, commit: str, *, branch: str | None, repo: str, options: MeasureOptions
     ) -> Execution:
         start = time.monotonic()
-        self.work_root.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=f"{self.gpu}-", dir=self.work_root))
+        self.slot_root.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=self.slot_root))
+        try:
+            self._claim(workdir)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
         tree, out, log_path = workdir / "tree", workdir / "result.json", workdir / "log.txt"
         lines = [f"[solci] local executor: commit {commit} of {repo}"]
         if self.sandbox == "none":
@@ -221,13 +284,32 @@ class LocalExecutor:
                 _kill_group(proc.pid)  # whatever it left running in its group
         return status, code, log_path.read_text(errors="replace")
 
+    def _claim(self, workdir: Path) -> None:
+        """Write the run folder's owner record (``owner_record``), atomically, before anything else is in it."""
+        tmp = workdir / f".{OWNER_FILE}.tmp"
+        tmp.write_text(json.dumps(owner_record(self.history, self.gpu)), encoding="utf-8")
+        os.replace(tmp, workdir / OWNER_FILE)
+
     # ------------------------------------------------------------------------------------------ recovery
+    def stale(self, workdir: Path) -> bool:
+        """Whether ``workdir`` is what a dead runner of this host, history and slot left: its owner record says
+        so, and that runner is gone (``owner_alive``)."""
+        owner = _read_owner(workdir)
+        if owner is None:  # no record: not known to be ours, left alone
+            return False
+        if (owner.get("host"), owner.get("history"), owner.get("slot")) != (this_host(), self.history, self.gpu):
+            return False
+        return not owner_alive(owner)
+
     def cleanup_stale(self) -> list[str]:
-        """Kill the measurement a killed runner of this GPU slot left, and remove its work folders."""
+        """Kill the measurement a dead runner of this host, history and GPU slot left, and remove its work
+        folders; what a live runner, another history, another slot or an unknown owner left stays."""
         removed: list[str] = []
-        if not self.work_root.is_dir():
+        if not self.slot_root.is_dir():
             return removed
-        for workdir in sorted(self.work_root.glob(f"{self.gpu}-*")):
+        for workdir in sorted(self.slot_root.glob(f"{RUN_PREFIX}*")):
+            if not workdir.is_dir() or workdir.is_symlink() or not self.stale(workdir):
+                continue
             pid_file = workdir / "pid"
             with contextlib.suppress(OSError, ValueError):
                 pid = int(pid_file.read_text())
