@@ -11,7 +11,7 @@
 ARG BASE_IMAGE=solci-deps:latest
 FROM ${BASE_IMAGE}
 
-USER root
+USER 0
 WORKDIR /src
 # Dependencies first, so this layer is cached until pyproject.toml changes. They are installed under the pins
 # the base image was built with (/opt/venv/solci-constraints.txt), so a commit measures with the base's stack;

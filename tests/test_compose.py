@@ -117,6 +117,8 @@ def test_dockerfile_caches_dependencies_before_the_source() -> None:
     assert copies[0] == ["COPY", "pyproject.toml"] and copies[-1] == ["COPY", "."]
     assert ["ARG", "BASE_IMAGE=solci-deps:latest"] in lines
     assert lines[-2] == ["USER", "10001"]  # what is measured runs unprivileged, named by uid (issue 19)
+    # every USER by number (hadolint DL3066): a cluster's run-as-non-root policy can check it
+    assert all(ln[1].split(":")[0].isdigit() for ln in lines if ln[0] == "USER"), lines
     assert "--uid 10001" in (PROJECT / "Dockerfile").read_text()  # ... which is the user solci
 
 
