@@ -456,17 +456,27 @@ def test_sql_reads_the_history_and_nothing_else(tmp_path: Path, query: str) -> N
     assert len(queries.run_sql(db, "SELECT * FROM runs")) == 1
 
 
-def test_sql_cli_refusals_are_one_line_and_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_text('/etc/shadow')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM glob('/etc/*')",
+        "SELECT * FROM read_text('http://127.0.0.1:9/x')",
+        "PRAGMA import_database('/etc')",
+    ],
+)
+def test_sql_cli_refusals_are_one_line_and_exit_2(tmp_path: Path, query: str) -> None:
+    """Issue 19, finding 4: a table function or pragma that touches a path or URL is refused with one line (DuckDB's
+    own error goes on with a 'LINE 1:' and a caret line: the probe counted three)."""
     db = open_database(tmp_path / "h.duckdb")
     ingest_result(db, make_result())
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "ci.cli", "sql", "--db", str(db.path), "SELECT * FROM read_text('/etc/shadow')"],
-        capture_output=True,
-        text=True,
-        env=env,
+        [sys.executable, "-m", "ci.cli", "sql", "--db", str(db.path), query], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 2 and "refused" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_validate_accepts_what_the_harness_writes() -> None:
