@@ -471,10 +471,11 @@ def run_findings(db: Database, run_id: str) -> pd.DataFrame:
 def sol_table(
     db: Database, run_id: str, gaps: pd.DataFrame | None = None, *, quarantined: bool = False
 ) -> pd.DataFrame:
-    """Per case of one run: status, median, T_SOL, eager, cuBLAS, score, and the project's best on the same
+    """Per case of one run: status, median, T_SOL, eager, cuBLAS, score, and the project's record on the same
     hardware and protocol (queries.gaps, or ``gaps`` when already read): best_us, best_commit, gap; x_sol =
-    median / T_SOL. A case that did not pass has no score and no gap (missing, shown "–"; never 0 %), and
-    neither has any case of a ``quarantined`` run (its figures are not believed)."""
+    median / T_SOL; the series' current level against the record (``series_levels``): level_us, record_us,
+    standing ("below record since COMMIT" ...). A case that did not pass has no score and no gap (missing, shown
+    "–"; never 0 %), and neither has any case of a ``quarantined`` run (its figures are not believed)."""
     cases = queries.run_cases(db, run_id)
     if cases.empty:
         return cases
@@ -485,7 +486,32 @@ def sol_table(
     out["score"] = out["score"].where(ok)
     out["gap"] = out["gap"].where(ok)
     out["x_sol"] = (out["median_us"] / out["t_sol_us"]).where(ok)
-    return out
+    lv = series_levels(db, gaps)
+    return out.merge(lv[list(LEVEL_COLUMNS)], on="case", how="left")
+
+
+# The current level of a case against its record (queries.levels), as the SOL table shows it.
+LEVEL_COLUMNS = ("case", "level_us", "record_us", "standing")
+
+
+def series_levels(db: Database, gaps: pd.DataFrame) -> pd.DataFrame:
+    """The current levels (queries.levels) of the series of the run ``gaps`` describes (its hardware label and
+    protocol): each case's level against the project record and its standing ("below record since COMMIT" ...);
+    an empty frame with the columns when there is none."""
+    empty = pd.DataFrame({"case": pd.Series(dtype=object), "level_us": pd.Series(dtype=float)}).assign(
+        record_us=pd.Series(dtype=float), standing=pd.Series(dtype=object)
+    )
+    if gaps.empty:
+        return empty
+    lv = queries.levels(db, hardware=str(gaps["hardware"].iloc[0]), protocol=str(gaps["protocol"].iloc[0]))
+    return empty if lv.empty else lv
+
+
+def below_record(levels: pd.DataFrame) -> pd.DataFrame:
+    """The rows of queries.levels whose level is slower than the project record beyond noise."""
+    if levels.empty:
+        return levels
+    return levels[levels["below_record"].fillna(False).astype(bool)].reset_index(drop=True)
 
 
 def suite_gap(gaps: pd.DataFrame) -> dict:
@@ -504,7 +530,8 @@ def sol_view(
     db: Database, sel: Selection, run_id: str, *, quarantined: bool = False
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict | None]:
     """What the SOL view shows of one run (``quarantined``: its figures are not believed): (sol_table, the suite
-    row, the published records, best_score over full-suite runs), with queries.gaps read once.
+    row, the published records, best_score over full-suite runs), with queries.gaps read once; the suite row
+    carries the series' current suite level (level_us, level_standing, level_n_runs, level_since) when judged.
 
     The leaderboard ranks means over the benchmark's 16 cases, so the project's best it is compared with is one
     too, whatever cases the shown run measured. The suite row is ``suite_gap`` for a full-suite run; for a run of
@@ -515,6 +542,12 @@ def sol_view(
     records = queries.records(db)
     full = not table.empty and is_full_suite(table["case"])
     suite = suite_gap(gaps) if full else full_suite_record(records, sel)
+    lv = series_levels(db, gaps)
+    row = lv[lv["case"] == SUITE]
+    if not row.empty:  # the series' current suite level against its record
+        r = row.iloc[0]
+        suite = {**suite, "level_us": r["level_us"], "level_standing": r["standing"], "level_n_runs": r["n_runs"]}
+        suite["level_since"] = r["since"]
     return table, suite, _published(records), best_score(db, sel, N_FULL)
 
 

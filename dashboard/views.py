@@ -516,7 +516,7 @@ def _history_section(key: str, token: tuple, win: pd.DataFrame, sel: Selection, 
 # ------------------------------------------------------------------------------------------------ SOL
 _US_COLUMNS = {
     c: st.column_config.NumberColumn(c, format="%.2f")
-    for c in ("median_us", "t_sol_us", "eager_us", "cublas_us", "best_us")
+    for c in ("median_us", "t_sol_us", "eager_us", "cublas_us", "best_us", "level_us", "record_us")
 }
 
 
@@ -561,9 +561,17 @@ def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None
             **PLOTLY,
         )
     st.markdown(
-        f"**Per case** ({charts.US}, {fmt.md(sel.hardware)}); *best* = the project's best passing figure on "
-        "this hardware and protocol, *gap* = median / best − 1 (lower is better); – = no figure"
+        f"**Per case** ({charts.US}, {fmt.md(sel.hardware)}); *best* = the project's record on this hardware and "
+        "protocol (its best confirmed level, never one lucky run), *gap* = median / best − 1 (lower is better); "
+        "*level* = the case's current level (the median of the commits since the newest confirmed step, as "
+        "judging last left it) and its *standing* against the record; – = no figure"
     )
+    low = table[table["standing"].fillna("").astype(str).str.startswith("below record")] if not table.empty else table
+    if not low.empty:
+        st.warning(
+            f"{len(low)} case(s) with a current level slower than the project record beyond noise: "
+            + ", ".join(f"{fmt.md(c)} {fmt.md(t)}" for c, t in zip(low["case"], low["standing"], strict=True))
+        )
     st.dataframe(
         table.assign(best_commit=table["best_commit"].map(fmt.short)),
         hide_index=True,
@@ -582,10 +590,15 @@ def _sol_section(key: str, token: tuple, sel: Selection, run: pd.Series) -> None
     best_us = suite.get("best_us")
     apart = f"; this run measured {subset}: not comparable" if subset else ""
     cols[0].metric(
-        f"Project best suite geomean ({charts.US})",
+        f"Project record suite geomean ({charts.US})",
         fmt.us(best_us),
         help=f"commit {suite.get('best_commit') or '-'}, same hardware and protocol and cases{apart}",
     )
+    if not fmt.missing(suite.get("level_us")):
+        st.caption(
+            f"Current suite level: {fmt.us(suite.get('level_us'))} {charts.US} over {suite.get('level_n_runs')} "
+            f"commit(s) since {fmt.short(suite.get('level_since'), 12)}: {fmt.md(suite.get('level_standing'))}"
+        )
     gap = suite.get("gap") if passing else None
     cols[1].metric(
         "This run vs project best (lower is better)",

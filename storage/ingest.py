@@ -10,7 +10,6 @@ import duckdb
 
 from problem.workload import geomean, t_sol_us
 from storage.db import Database
-from storage.records import update_project_records
 from storage.result import RejectedResult, validate
 
 
@@ -40,7 +39,7 @@ def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[list], s
 
 
 def is_passing(doc: dict) -> bool:
-    """A run every case of which passed (only such runs can set records or serve as baselines)."""
+    """A run every case of which passed (only such runs can serve as baselines, or count in a record's level)."""
     cases = doc["cases"]
     return bool(cases) and doc["suite"]["status"] == "pass" and all(c["status"] == "pass" for c in cases)
 
@@ -88,10 +87,9 @@ def ingest_result(
     believed a re-delivery only when that run is of the same commit and, with ``job_id``, of no other job. A
     document measured in the kernel's own process (``measured_by`` "direct") is refused. A run
     faster than its hardware's speed of light is stored quarantined (``runs.quarantine``): never a record,
-    never a baseline. Updates the project's best-known records (passing, unquarantined GPU runs of a known GPU
-    model measured for their own sake only) and logs "record broken" events, links the run to ``job_id`` (a
-    ``measure`` run becomes the job's run; ``confirm`` runs are the re-measurements of a confirmation), and
-    records the commit's first parent.
+    never a baseline. Links the run to ``job_id`` (a ``measure`` run becomes the job's run; ``confirm`` runs are
+    the re-measurements of a confirmation) and records the commit's first parent. A run sets no record: records
+    are made by judging, from confirmed levels (``storage.records``).
     """
     if purpose not in RUN_PURPOSES:
         raise ValueError(f"ingest: purpose must be one of {RUN_PURPOSES}, got {purpose!r}")
@@ -123,9 +121,6 @@ def ingest_result(
         _insert_run(conn, doc, now, job_id, purpose, quarantine)
         _insert_results(conn, doc)
         _insert_samples(conn, doc)
-        known_gpu = doc["hardware"].get("gpu_model") is not None  # a speed of light bounds its figures
-        if is_passing(doc) and doc["mode"] == "gpu" and known_gpu and purpose == "measure" and quarantine is None:
-            update_project_records(conn, doc, parse_time(doc["started_at"]), now)
         if job_id is not None and purpose == "measure":
             conn.execute("UPDATE jobs SET run_id = ? WHERE id = ?", [doc["run_id"], job_id])
     return True

@@ -168,29 +168,85 @@ def _samples_of(conn: duckdb.DuckDBPyConnection, run_ids: list[str], impl: str) 
 
 
 def record_events(db: Database, run_id: str | None = None) -> pd.DataFrame:
-    """ "Record broken" events (newest first), optionally of one run."""
+    """ "Record broken" events (newest first), optionally of one run: the record before and the figure that beat
+    it, with its interval (new_lo_us, new_hi_us), the commits it stands on (n_runs), its basis (level |
+    improvement; empty for an event of before schema version 4, when one run set a record) and the step of an
+    improvement."""
     where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
     with db.read() as conn:
         return conn.execute(
             f"""SELECT id, run_id, "commit", hardware_label AS hardware, gpu_model, protocol,
                        case_name AS "case", n_cases, previous_us, previous_run_id, previous_commit, new_us,
-                       broken_at
+                       broken_at, new_lo_us, new_hi_us, n_runs, basis, step_id
                 FROM record_events {where} ORDER BY id DESC""",
             params,
         ).df()
 
 
 def records(db: Database) -> pd.DataFrame:
-    """Best-known records: the published B200 leaderboard rows (by rank), then the project's bests per
-    hardware label, protocol and case (the suite row '__suite__' first)."""
+    """Best-known records: the published B200 leaderboard rows (by rank), then the project's records per
+    hardware label, protocol and case (the suite row '__suite__' first): the best confirmed level
+    (``storage.records``) with its interval (lo_us, hi_us), the commits it stands on (n_runs), its basis (level |
+    improvement), its commit (a level's first commit, an improvement's culprit) and step."""
     with db.read() as conn:
         return conn.execute(
             """SELECT kind, gpu_model, hardware_label AS hardware, protocol, case_name AS "case", n_cases, rank,
-                      implementation, latency_us, pct_sol, source, observed_at, run_id, "commit"
+                      implementation, latency_us, pct_sol, source, observed_at, run_id, "commit", lo_us, hi_us,
+                      n_runs, basis, step_id
                FROM records
                ORDER BY kind = 'project', hardware_label, protocol, case_name <> '__suite__', rank,
                         case_name"""
         ).df()
+
+
+def levels(db: Database, *, hardware: str | None = None, protocol: str | None = None) -> pd.DataFrame:
+    """The current level of each series (hardware label, protocol) and case, as judging last left it, against
+    the project record: level_us with its interval (lo_us, hi_us), n_runs (its commits), pct_sol (its SOL score,
+    percent), since (its first commit), record_us, record_commit, below_record (slower than the record beyond
+    noise) and below_since (the first commit of the level since which it has been), updated_at. Cases in
+    benchmark order, the suite last; ``hardware`` matches the label exactly, ``protocol`` its hash or name."""
+    where, params = [], []
+    if hardware is not None:
+        where.append("l.hardware_label = ?")
+        params.append(hardware)
+    if protocol is not None:
+        where.append("(l.protocol = ? OR l.protocol IN (SELECT hash FROM protocols WHERE name = ?))")
+        params += [protocol, protocol]
+    with db.read() as conn:
+        df = conn.execute(
+            f"""SELECT l.hardware_label AS hardware, l.protocol, l.case_name AS "case", l.n_cases, l.level_us,
+                       l.lo_us, l.hi_us, l.n_runs, l.pct_sol, l.first_commit AS since, l.record_us, l.record_commit,
+                       l.level_us / l.record_us - 1 AS gap, l.below_record, l.below_since, l.updated_at
+                FROM levels l {_where(where)}
+                ORDER BY l.hardware_label, l.protocol, l.case_name = '__suite__', l.case_name""",
+            params,
+        ).df()
+    if not df.empty:
+        m = df["case"].map(lambda c: 1e18 if c == SUITE else _case_m(c))
+        df = df.assign(_m=m).sort_values(["hardware", "protocol", "_m", "case"], kind="stable").drop(columns="_m")
+        df.insert(df.columns.get_loc("below_record"), "standing", [standing(r) for r in df.to_dict("records")])
+    return df.reset_index(drop=True)
+
+
+def standing(row: dict) -> str:
+    """A level against its record, in words: "below record since COMMIT" (slower beyond noise, since the first
+    commit of the level that went below), "the record" (the record is this level's), "within noise of the
+    record", or "no record yet"."""
+    if row.get("record_us") is None or pd.isna(row.get("record_us")):
+        return "no record yet"
+    if row.get("below_record"):
+        return f"below record since {str(row.get('below_since') or '?')[:12]}"
+    if row.get("record_commit") is not None and row.get("record_commit") == row.get("since"):
+        return "the record"
+    return "within noise of the record"
+
+
+def _case_m(case: str) -> float:
+    try:
+        parsed = Case.parse(case)
+    except ValueError:
+        return 1e17
+    return parsed.m * 1e6 + parsed.batch_size
 
 
 def gaps(db: Database, run_id: str | None = None) -> pd.DataFrame:
@@ -267,6 +323,12 @@ SQL_TIMEOUT_S = 30.0
 SQL_MAX_ROWS = 10_000
 
 
+def _one_line(exc: BaseException) -> str:
+    """DuckDB's message without the query excerpt and caret lines it appends: a refusal is one line."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def run_sql(db: Database, query: str, *, timeout_s: float | None = None, max_rows: int | None = None) -> pd.DataFrame:
     """Run read-only SQL (SELECT, EXPLAIN, PRAGMA, CALL; several statements: the last one's result) on a
     read-only, locked-down connection (``storage.db.READ_ONLY_CONFIG``: no file but the history, no network,
@@ -282,9 +344,9 @@ def run_sql(db: Database, query: str, *, timeout_s: float | None = None, max_row
         with duckdb.connect(":memory:", config=dict(READ_ONLY_CONFIG)) as parser:
             statements = parser.extract_statements(query)
     except duckdb.PermissionException as exc:
-        raise StorageError(f"sql: refused: `solci sql` reads the history only: {exc}") from None
+        raise StorageError(f"sql: refused: `solci sql` reads the history only: {_one_line(exc)}") from None
     except duckdb.Error as exc:
-        raise StorageError(f"sql: cannot parse the query: {exc}") from None
+        raise StorageError(f"sql: cannot parse the query: {_one_line(exc)}") from None
     if not statements:
         raise StorageError("sql: empty query")
     for st in statements:
@@ -318,14 +380,16 @@ def _execute(conn: duckdb.DuckDBPyConnection, statements: list, max_rows: int | 
             raise
         except duckdb.PermissionException as exc:
             raise StorageError(
-                f"sql: refused: `solci sql` reads the history only (no other file, no network, no extension): {exc}"
+                "sql: refused: `solci sql` reads the history only (no other file, no network, no extension): "
+                + _one_line(exc)
             ) from None
         except duckdb.InvalidInputException as exc:
             if "read-only" in str(exc) or "configuration" in str(exc):
-                raise StorageError(f"sql: refused, the database is opened read-only and locked: {exc}") from None
-            raise StorageError(f"sql: {exc}") from None
+                why = _one_line(exc)
+                raise StorageError(f"sql: refused, the database is opened read-only and locked: {why}") from None
+            raise StorageError(f"sql: {_one_line(exc)}") from None
         except duckdb.Error as exc:
-            raise StorageError(f"sql: {exc}") from None
+            raise StorageError(f"sql: {_one_line(exc)}") from None
     if result is None or result.description is None:
         return pd.DataFrame()
     if max_rows is None:

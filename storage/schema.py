@@ -13,8 +13,8 @@ Tables (version 1):
 - ``samples``        one row per run x case x impl x protocol: summary statistics and ``samples_us DOUBLE[]``
 - ``jobs``           the queue (queued/running/done/failed)
 - ``flags``          version 1's judging (regression / improvement / ... per run and case); dropped by version 3
-- ``records``        best-known figures: published B200 leaderboard rows and the project's own bests
-- ``record_events``  "record broken": a passing run that beat the project's best
+- ``records``        best-known figures: published B200 leaderboard rows and the project's own records
+- ``record_events``  "record broken": a figure that beat the project's record
 
 Added by version 2:
 - ``verdicts``       one row per judged run: verdict (see ``ci.verdict.rules.VERDICTS``), suite change and
@@ -34,6 +34,16 @@ Added by version 2:
 Version 3 drops ``flags`` (never written since version 2, read by nothing; ``solci flags`` lists ``steps``) and
 its sequence.
 
+Version 4 makes records from confirmed levels (``storage.records``, docs/verdicts.md "How records are made"):
+- columns ``records.lo_us``, ``hi_us`` (the 95 % interval), ``n_runs`` (the commits it stands on), ``basis``
+  (level | improvement), ``step_id``; ``record_events.new_lo_us``, ``new_hi_us``, ``n_runs``, ``basis``,
+  ``step_id``
+- ``levels``         the current level of each series and case as judging last left it, against the record
+                     (``below_record``, ``below_since``)
+- the project records are recomputed from the stored levels (``recompute_project_records``); the migration
+  says what changed in one line (stderr, and the version row's description). A migration may return such a
+  note.
+
 Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
 geometric mean over a run's cases.
 
@@ -48,15 +58,20 @@ ingest (a SELECT first, inside its transaction) and, on the lake, by serialized 
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from problem.workload import B200_RECORDS, CASES, LEADERBOARD_SOURCE
+from storage import records
 from storage.backend import SchemaVersionError
 
 SUITE = "__suite__"
@@ -231,7 +246,7 @@ def _v1(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
 class Migration:
     version: int
     description: str
-    apply: Callable[..., None]  # (conn) on the file; (conn, backend) on a lake
+    apply: Callable[..., str | None]  # (conn) on the file; (conn, backend) on a lake; a note of what changed
 
 
 _V2_DDL = """
@@ -283,6 +298,161 @@ def _v3(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
         conn.execute("DROP SEQUENCE IF EXISTS flags_seq")
 
 
+def _series_points(conn: duckdb.DuckDBPyConnection, hw: str, proto: str) -> list[dict[str, Any]]:
+    """The judged commits of a series in the order judging met them (their first measured run), each with its
+    per-case mean log figure and the verdict of that run."""
+    rows = conn.execute(
+        """
+        WITH judged AS (
+            SELECT r."commit", min(r.started_at) AS t, arg_min(v.verdict, r.started_at) AS verdict,
+                   arg_min(r.run_id, r.started_at) AS run_id
+            FROM runs r JOIN verdicts v USING (run_id)
+            WHERE r.hardware_label = $hw AND r.protocol = $proto AND r.mode = 'gpu' AND r.purpose = 'measure'
+              AND r.status = 'pass' AND r.n_pass = r.n_cases AND r.quarantine IS NULL AND r.gpu_model IS NOT NULL
+            GROUP BY 1
+        )
+        SELECT j."commit", j.t, j.verdict, j.run_id, x.case_name, avg(ln(x.median_us)) AS lg, count(DISTINCT r.run_id)
+        FROM judged j JOIN runs r ON r."commit" = j."commit" JOIN results x ON x.run_id = r.run_id
+        WHERE r.hardware_label = $hw AND r.protocol = $proto AND r.mode = 'gpu' AND r.status = 'pass'
+          AND r.n_pass = r.n_cases AND r.quarantine IS NULL AND x.median_us > 0
+        GROUP BY ALL ORDER BY j.t, j."commit", x.case_name
+        """,
+        {"hw": hw, "proto": proto},
+    ).fetchall()
+    points: dict[str, dict[str, Any]] = {}
+    for commit, _, verdict, run_id, case, lg, _n in rows:
+        p = points.setdefault(commit, {"commit": commit, "verdict": verdict, "run_id": run_id, "logs": {}})
+        p["logs"][case] = lg
+    return list(points.values())
+
+
+def recompute_project_records(conn: duckdb.DuckDBPyConnection) -> str | None:
+    """Rebuild every project record from what judging stored: per series (hardware label, protocol), its judged
+    GPU commits in the order they were first measured, cut into levels by the confirmed steps, each judging of
+    a verdict in ``records.RECORD_VERDICTS`` offering its level (and a confirmed improvement its paired estimate) to
+    ``beats``, with the series' stored noise (``noise.sigma_screen``; the prior, 1 %, where none). The earlier
+    records (the fastest single run ever seen) are replaced; earlier record events stay, as what was said then
+    (``basis`` empty). Returns one line saying what changed (None when there were and are no project records)."""
+    now = _now()
+    old = {
+        (r[0], r[1], r[2], r[3]): r[4]
+        for r in conn.execute(
+            "SELECT hardware_label, protocol, case_name, n_cases, latency_us FROM records WHERE kind = 'project'"
+        ).fetchall()
+    }
+    conn.execute("DELETE FROM records WHERE kind = 'project'")
+    series = conn.execute(
+        """SELECT DISTINCT r.hardware_label, r.protocol, r.gpu_model FROM runs r JOIN verdicts v USING (run_id)
+           WHERE r.mode = 'gpu' AND r.gpu_model IS NOT NULL ORDER BY 1, 2"""
+    ).fetchall()
+    for hw, proto, model in series:
+        sigma = {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT case_name, sigma_screen FROM noise WHERE hardware_label = ? AND protocol = ?", [hw, proto]
+            ).fetchall()
+            if r[1]
+        }
+        boundaries = {
+            r[0]
+            for r in conn.execute(
+                f"""SELECT "commit" FROM steps WHERE hardware_label = ? AND protocol = ?
+                    AND status IN ({", ".join("?" * len(BOUNDARY_STATUSES))})""",
+                [hw, proto, *BOUNDARY_STATUSES],
+            ).fetchall()
+        }
+        improvements = conn.execute(
+            """SELECT s."commit", s.step_id, c.case_name, c.change, c.lo, c.hi, c.before_us FROM steps s
+               JOIN step_cases c USING (step_id)
+               WHERE s.hardware_label = ? AND s.protocol = ? AND s.status = 'improvement'
+                 AND s.detected_by = 'confirmed' AND c.before_us > 0 AND c.change > -1 AND c.hi < 0""",
+            [hw, proto],
+        ).fetchall()
+        where = {"hardware_label": hw, "gpu_model": model, "protocol": proto}
+        current: dict[tuple[str, int | None], records.Figure] = {}
+        level: list[dict[str, Any]] = []
+        for p in _series_points(conn, hw, proto):
+            if p["commit"] in boundaries:
+                level = []
+            level.append(p)
+            if p["verdict"] not in records.RECORD_VERDICTS:
+                continue
+            cands: list[tuple[str, int | None, records.Figure]] = []
+            for sha, step_id, case, change, lo, hi, before_us in improvements:
+                if sha != p["commit"]:
+                    continue
+                se = (math.log1p(hi) - math.log1p(lo)) / (2.0 * 2.576)  # a confirmation's interval: alpha 0.01
+                cands.append(
+                    (
+                        case,
+                        None,
+                        records.improvement_figure(
+                            math.log(before_us), math.log1p(change), se, commit=sha, run_id=p["run_id"], step_id=step_id
+                        ),
+                    )
+                )
+            cases = sorted(set.intersection(*(set(q["logs"]) for q in level)))
+            first = level[0]["commit"]
+            for case in [*cases, SUITE]:
+                if case == SUITE:
+                    logs = [statistics.fmean(q["logs"][c] for c in cases) for q in level] if cases else []
+                else:
+                    logs = [q["logs"][case] for q in level]
+                fig = records.level_figure(logs, sigma.get(case, 0.01), commit=first, run_id=p["run_id"])
+                if fig is not None:
+                    cands.append((case, len(cases) if case == SUITE else None, fig))
+            records.apply_candidates(
+                conn,
+                where,
+                cands,
+                current,
+                k=records.DEFAULT_K,
+                min_effect=records.DEFAULT_MIN_EFFECT,
+                observed_at=None,
+                now=now,
+                log_events=False,
+            )
+    new = {
+        (r[0], r[1], r[2], r[3]): r[4]
+        for r in conn.execute(
+            "SELECT hardware_label, protocol, case_name, n_cases, latency_us FROM records WHERE kind = 'project'"
+        ).fetchall()
+    }
+    if not old and not new:
+        return None
+    kept = sum(1 for key in new if key in old)
+    slower = sum(1 for key, v in new.items() if key in old and v > old[key] * (1 + 1e-9))
+    return (
+        f"records: {len(old)} project records (each the fastest single run seen) replaced by {len(new)} from "
+        f"confirmed levels: {kept} of the same cases ({slower} of them slower than the run they replace), "
+        f"{len(old) - kept} dropped (no level of {records.LEVEL_RECORD_RUNS} judged commits), {len(new) - kept} new"
+    )
+
+
+_V4_DDL = """
+ALTER TABLE records ADD COLUMN lo_us DOUBLE;
+ALTER TABLE records ADD COLUMN hi_us DOUBLE;
+ALTER TABLE records ADD COLUMN n_runs INTEGER;
+ALTER TABLE records ADD COLUMN basis VARCHAR;
+ALTER TABLE records ADD COLUMN step_id VARCHAR;
+ALTER TABLE record_events ADD COLUMN new_lo_us DOUBLE;
+ALTER TABLE record_events ADD COLUMN new_hi_us DOUBLE;
+ALTER TABLE record_events ADD COLUMN n_runs INTEGER;
+ALTER TABLE record_events ADD COLUMN basis VARCHAR;
+ALTER TABLE record_events ADD COLUMN step_id VARCHAR;
+CREATE TABLE levels (
+    hardware_label VARCHAR NOT NULL, protocol VARCHAR NOT NULL, case_name VARCHAR NOT NULL, n_cases INTEGER,
+    level_us DOUBLE NOT NULL, lo_us DOUBLE, hi_us DOUBLE, n_runs INTEGER NOT NULL, pct_sol DOUBLE,
+    first_commit VARCHAR, run_id VARCHAR, record_us DOUBLE, record_commit VARCHAR, below_record BOOLEAN NOT NULL,
+    below_since VARCHAR, updated_at TIMESTAMP NOT NULL);
+"""
+
+
+def _v4(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> str | None:
+    _run_ddl(conn, _V4_DDL, backend)
+    return recompute_project_records(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema; published B200 leaderboard records", _v1),
     Migration(
@@ -292,6 +462,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v2,
     ),
     Migration(3, "drop the unused flags table (version 1's judging)", _v3),
+    Migration(
+        4,
+        "records from confirmed levels: records and record_events gain interval, n_runs, basis, step_id; table "
+        "levels; project records recomputed from the stored levels",
+        _v4,
+    ),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
@@ -346,11 +522,14 @@ def migrate(conn: duckdb.DuckDBPyConnection, path: Path | str, backend: str = "f
             continue
         conn.begin()
         try:
-            mig.apply(conn) if backend == "file" else mig.apply(conn, backend)
-            conn.execute("INSERT INTO solci_schema VALUES (?, ?, ?)", [mig.version, _now(), mig.description])
+            note = mig.apply(conn) if backend == "file" else mig.apply(conn, backend)
+            description = f"{mig.description}; {note}" if note else mig.description
+            conn.execute("INSERT INTO solci_schema VALUES (?, ?, ?)", [mig.version, _now(), description])
         except BaseException:
             conn.rollback()
             raise
         conn.commit()
+        if note:  # what a migration changed in the history's figures (one line, on stderr: stdout is the command's)
+            print(f"solci: {path}: schema version {mig.version}: {note}", file=sys.stderr)
         version = mig.version
     return version

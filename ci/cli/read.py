@@ -33,6 +33,7 @@ from storage.queries import (
     SQL_TIMEOUT_S,
     changes,
     history,
+    levels,
     records,
     run_sql,
     step_cases,
@@ -256,7 +257,34 @@ def cmd_flags(args: argparse.Namespace) -> int:
 @handles_errors
 def cmd_records(args: argparse.Namespace) -> int:
 
-    print_table(format_numbers(records(open_db(args, create=False))))
+    db = open_db(args, create=False)
+    recs = records(db)
+    print_table(format_numbers(recs.drop(columns=["source", "observed_at", "step_id"])))
+    current = levels(db)
+    print()
+    if current.empty:
+        print("(no judged GPU level yet: records are made from confirmed levels, never from one run)")
+        return 0
+    published = recs[recs["kind"] == "published"]
+    top = published.sort_values("pct_sol", ascending=False).head(1)
+    view = current.assign(
+        since=current["since"].map(lambda c: "-" if _is_missing(c) else str(c)[:12]),
+        record_commit=current["record_commit"].map(lambda c: "-" if _is_missing(c) else str(c)[:12]),
+    )
+    cols = ["hardware", "protocol", "case", "level_us", "lo_us", "hi_us", "n_runs", "since", "record_us"]
+    cols += ["record_commit", "gap", "standing", "pct_sol"]
+    if not top.empty:
+        name, best = str(top["implementation"].iloc[0]), float(top["pct_sol"].iloc[0])
+        view[f"vs B200 #1 ({name[:20]})"] = [
+            f"{p - best:+.1f} pts" if c == "__suite__" and not _is_missing(p) else "-"
+            for c, p in zip(view["case"], view["pct_sol"], strict=True)
+        ]
+        cols.append(f"vs B200 #1 ({name[:20]})")
+    print(
+        "Current levels (the commits since the newest confirmed step) against the project records; the B200 "
+        "leaderboard through the suite's SOL score:"
+    )
+    print_table(format_numbers(view[cols]))
     return 0
 
 
@@ -329,7 +357,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_flags)
 
     p = one_line_errors(
-        subparsers.add_parser("records", help="best-known figures: published leaderboard and project bests")
+        subparsers.add_parser(
+            "records",
+            help="best-known figures: the published leaderboard, the project's records (best confirmed levels) and "
+            "each case's current level against them",
+        )
     )
     add_db_argument(p)
     p.set_defaults(func=cmd_records)

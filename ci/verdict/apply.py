@@ -13,7 +13,11 @@ returns a ``RunVerdict``:
    clocks make the verdict ambiguous). A run of a commit that already has a confirmed step joins that step; a
    step that opens withdraws the same change's step wrongly blamed on a descendant
    (``storage.verdicts.record_judgement``);
-3. then the newest level is searched for a step screening missed (``Series.late_candidate``), confirmed the
+3. the run's level (its commits since the newest confirmed step, the run's own included) and, for a confirmed
+   improvement, the step's paired estimate are offered to the project records (``record_figures``,
+   ``storage.records``): only a judging whose verdict is in ``storage.records.RECORD_VERDICTS`` can move a
+   record, and only beyond noise; every judging refreshes the series' current level against its records;
+4. then the newest level is searched for a step screening missed (``Series.late_candidate``), confirmed the
    same way and stored on its own culprit (it never changes the current run's verdict); not after a run that
    passed because its unjudged parent measured like it (that parent gets the step when it is judged).
 
@@ -24,9 +28,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,8 +53,10 @@ from ci.verdict.rules import (
     Series,
     Step,
 )
+from problem.workload import Case, sol_score, t_sol_us
 from storage import queries
 from storage.db import Database, StorageError
+from storage.records import RECORD_VERDICTS, Figure, improvement_figure, level_figure, store_series_records
 from storage.result import OVER_BUDGET, UNREPLAYABLE
 from storage.verdicts import Judgement, record_judgement, record_step
 
@@ -401,6 +408,18 @@ def judge_run(
     if judgement.step is not None and parent is not None:
         judgement.ancestors = chain[1:]
     record_judgement(db, judgement)
+    candidates, levels = record_figures(series, own, decision, info.get("gpu_model"), run_id=run_id)
+    store_series_records(
+        db,
+        hardware_label=info["hardware_label"],
+        gpu_model=info.get("gpu_model"),
+        protocol=info["protocol"],
+        candidates=candidates if decision.verdict in RECORD_VERDICTS else [],
+        levels=levels,
+        k=cfg.k,
+        min_effect=cfg.min_effect,
+        observed_at=info.get("started_at"),
+    )
     out = RunVerdict(
         run_id,
         decision.verdict,
@@ -445,6 +464,81 @@ def _judgement(
         j.step, j.step_cases = _step_rows(decision.step, info, run_id, decision.message)
         j.fixes = list(decision.fixes)
     return j
+
+
+# ------------------------------------------------------------------------------------------------ records
+RecordFigures = list[tuple[str, int | None, Figure]]  # (case, n_cases for the suite else None, figure)
+
+
+def _pct_sol(case: str, latency_us: float, eager_log: float | None, gpu_model: str | None) -> float | None:
+    """The SOL score (in percent) of a case's figure against its level's eager baseline; None when undefined."""
+    if eager_log is None:
+        return None
+    score = sol_score(latency_us, t_sol_us(Case.parse(case).m, gpu_model), math.exp(eager_log))
+    return None if score is None else 100.0 * score
+
+
+def record_figures(
+    series: Series, own: RunFigures, decision: Decision, gpu_model: str | None, *, run_id: str
+) -> tuple[RecordFigures, RecordFigures]:
+    """(the candidates for the project records, the series' current level) after ``own`` was judged and joined
+    ``series``: per case and for the suite (its log geometric mean over ``own``'s cases), the level ``own``
+    joined (``storage.records.level_figure``: the median of its commits, with the noise judging used; its first
+    commit named), and for a confirmed improvement of ``own``'s commit each case it moved (the suite too when
+    the suite's change was confirmed) as its paired estimate (``improvement_figure``). The level is a candidate
+    too: ``storage.records.beats`` lets it count from ``LEVEL_RECORD_RUNS`` commits on."""
+    idx = series.index_of(own.commit)
+    if idx is None:
+        return [], []
+    cfg = series.cfg
+    start = series.level_start(idx + 1)
+    level = [p for p in series.points[start : idx + 1] if p.runs]
+    noise = series.noise(own.kernel)
+    cases = [c for c in own.kernel if own.log(c) is not None]
+    first = series.points[start].commit
+
+    def eager(case: str) -> float | None:
+        vals = [v for v in (p.control("eager", case) for p in level) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    def suite_pct(scores: list[float | None]) -> float | None:
+        return statistics.fmean(scores) if scores and all(x is not None for x in scores) else None  # type: ignore[arg-type]
+
+    levels: RecordFigures = []
+    for case in cases:
+        fig = level_figure(
+            [p.value(case) for p in level], noise.sigma(case, cfg.prior_sigma), commit=first, run_id=run_id
+        )
+        if fig is not None:
+            fig = replace(fig, pct_sol=_pct_sol(case, fig.latency_us, eager(case), gpu_model))
+            levels.append((case, None, fig))
+    suite = level_figure(
+        [p.suite_value(cases) for p in level], noise.sigma(SUITE, cfg.prior_sigma), commit=first, run_id=run_id
+    )
+    if suite is not None and cases:
+        suite = replace(suite, pct_sol=suite_pct([f.pct_sol for _, _, f in levels]))
+        levels.append((SUITE, len(cases), suite))
+    improved: RecordFigures = []
+    step = decision.step
+    if step is not None and not decision.joined and step.status == "improvement" and step.detected_by == "confirmed":
+        for case in step.cases:
+            conf, before = decision.confirmation.get(case), step.before_log.get(case)
+            if conf is None or before is None or conf.log_mean >= 0:  # a case the step moved, faster
+                continue
+            fig = improvement_figure(
+                before, conf.log_mean, conf.se, commit=step.commit, run_id=run_id, step_id=step.step_id
+            )
+            improved.append((case, None, replace(fig, pct_sol=_pct_sol(case, fig.latency_us, eager(case), gpu_model))))
+        sc = decision.suite_confirmation
+        previous = series.level_points(step.commit)
+        if sc is not None and sc.confirmed and sc.log_mean < 0 and step.parent in {p.commit for p in previous}:
+            vals = [v for v in (p.suite_value(cases) for p in previous) if v is not None]
+            if vals:
+                fig = improvement_figure(
+                    statistics.median(vals), sc.log_mean, sc.se, commit=step.commit, run_id=run_id, step_id=step.step_id
+                )
+                improved.append((SUITE, len(cases), fig))
+    return improved + levels, levels
 
 
 def _confirm_runs(db: Database, confirm: Confirm) -> ConfirmRuns:

@@ -44,6 +44,7 @@ TABLES = {
     "jobs",
     "records",
     "record_events",
+    "levels",
 }
 
 
@@ -106,12 +107,12 @@ def test_a_version_2_history_upgrades_and_loses_the_unused_flags_table(tmp_path,
     db = open_database(path)
     assert db.schema_version() == 2
     assert list(queries.runs(db)["run_id"]) == ["old"]  # a reader upgrades it; the runs stay
-    assert db.schema_version() == schema.CURRENT_VERSION == 3
+    assert db.schema_version() == schema.CURRENT_VERSION == 4
     with db.read() as conn:
         tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         sequences = {r[0] for r in conn.execute("SELECT sequence_name FROM duckdb_sequences()").fetchall()}
     assert TABLES <= tables and "flags" not in tables and "flags_seq" not in sequences
-    assert count(db, "solci_schema") == 3
+    assert count(db, "solci_schema") == 4
 
 
 def test_read_creates_missing_file(tmp_path):
@@ -292,60 +293,50 @@ def test_published_records_seeded(db):
     assert str(top["observed_at"].date()) == "2026-08-10"
 
 
-def test_project_records_only_from_passing_runs(db):
-    t = BASE_TIME
-    ingest_result(db, make_result(run_id="a", commit="ca", cases=FEW, medians=100.0, started_at=t))
-    rec = queries.records(db)
-    proj = rec[rec["kind"] == "project"]
-    assert set(proj["case"]) == {"B4_S128", "B8_S256", "B1_S1024", "__suite__"}
-    assert (proj["latency_us"].round(6) == 100.0).all() and set(proj["run_id"]) == {"a"}
-    assert queries.record_events(db).empty  # the first run breaks nothing
+def test_ingest_sets_no_record_records_come_from_judging(db):
+    """A run never sets a record alone (issue 20): ingest stores figures; judging makes records from confirmed
+    levels (storage.records, tests/verdict/test_records.py)."""
+    for i, m in enumerate([100.0, 50.0, 40.0]):
+        ingest_result(db, make_result(run_id=f"r{i}", commit=f"c{i}", cases=FEW, medians=m, started_at=BASE_TIME))
+    assert queries.records(db).query("kind == 'project'").empty
+    assert queries.record_events(db).empty and queries.levels(db).empty
 
-    # faster on every case but one case incorrect: never a record
-    bad = make_result(
-        run_id="b",
-        commit="cb",
-        cases=FEW,
-        medians=50.0,
-        status={"B8_S256": "incorrect"},
-        started_at=t + timedelta(hours=1),
-    )
-    ingest_result(db, bad)
-    assert set(queries.records(db).query("kind == 'project'")["run_id"]) == {"a"}
-    assert queries.record_events(db).empty
 
-    # slower: nothing changes
-    ingest_result(db, make_result(run_id="c", commit="cc", cases=FEW, medians=120.0, started_at=t + timedelta(hours=2)))
-    assert set(queries.records(db).query("kind == 'project'")["run_id"]) == {"a"}
+def _judged(db, medians: list[float]) -> None:
+    from ci.verdict.apply import judge_run
 
-    # faster on one case only: that case's record and (geomean lower) the suite's
-    meds = {"B4_S128": 90.0, "B8_S256": 100.5, "B1_S1024": 100.5}
-    ingest_result(db, make_result(run_id="d", commit="cd", cases=FEW, medians=meds, started_at=t + timedelta(hours=3)))
+    commits = [f"c{i}" for i in range(len(medians))]
+    for i, m in enumerate(medians):
+        doc = make_result(
+            run_id=f"r{i}", commit=commits[i], cases=FEW, medians=m, started_at=BASE_TIME + timedelta(hours=i)
+        )
+        ingest_result(db, doc)
+        judge_run(db, doc["run_id"], ancestry=commits[: i + 1][::-1])
+
+
+def test_project_records_are_per_hardware_label_and_from_passing_runs(db):
+    _judged(db, [100.0, 100.2, 99.8])
     proj = queries.records(db).query("kind == 'project'").set_index("case")
-    assert proj.loc["B4_S128", "run_id"] == "d" and proj.loc["B8_S256", "run_id"] == "a"
-    assert proj.loc["__suite__", "run_id"] == "d" and proj.loc["__suite__", "n_cases"] == 3
-    ev = queries.record_events(db).set_index("case")
-    assert set(ev.index) == {"B4_S128", "__suite__"}
-    assert ev.loc["B4_S128", "previous_us"] == pytest.approx(100.0) and ev.loc["B4_S128", "new_us"] == pytest.approx(
-        90.0
-    )
-    assert ev.loc["B4_S128", "previous_run_id"] == "a" and ev.loc["B4_S128", "commit"] == "cd"
+    assert set(proj.index) == {"B4_S128", "B8_S256", "B1_S1024", "__suite__"}
+    assert (proj["latency_us"].round(6) == 100.0).all() and set(proj["commit"]) == {"c0"}
+    assert proj.loc["__suite__", "n_cases"] == 3 and set(proj["basis"]) == {"level"}
+    # faster on every case but one case incorrect: judged incorrect, never a record
+    bad = make_result(run_id="bad", commit="c3", cases=FEW, medians=50.0, status={"B8_S256": "incorrect"})
+    ingest_result(db, bad)
+    from ci.verdict.apply import judge_run
 
+    assert judge_run(db, "bad", ancestry=["c3", "c2", "c1", "c0"]).verdict == "incorrect"
+    assert set(queries.records(db).query("kind == 'project'")["commit"]) == {"c0"}
+    assert queries.record_events(db).empty
     # records are per hardware label: another GPU starts its own
-    ingest_result(
-        db,
-        make_result(
-            run_id="e",
-            cases=FEW,
-            medians=500.0,
-            hardware_label="NVIDIA H100",
-            gpu_model="H100",
-            started_at=t + timedelta(hours=4),
-        ),
-    )
+    for i in range(3):
+        doc = make_result(
+            run_id=f"h{i}", commit=f"h{i}", cases=FEW, medians=500.0, hardware_label="NVIDIA H100", gpu_model="H100"
+        )
+        ingest_result(db, doc)
+        judge_run(db, f"h{i}", ancestry=[f"h{j}" for j in range(i, -1, -1)])
     proj = queries.records(db).query("kind == 'project'")
     assert set(proj["hardware"]) == {"NVIDIA H200", "NVIDIA H100"}
-    assert len(queries.record_events(db)) == 2
 
 
 # ------------------------------------------------------------------------------------------------ queries
@@ -395,18 +386,18 @@ def test_history_filters_and_limit(db):
 
 
 def test_gaps(db):
-    ingest_result(db, make_result(run_id="a", commit="ca", cases=FEW, medians=100.0, started_at=BASE_TIME))
+    _judged(db, [100.0, 100.0, 100.0])  # a level of three commits: the records
     ingest_result(
-        db, make_result(run_id="b", commit="cb", cases=FEW, medians=110.0, started_at=BASE_TIME + timedelta(hours=1))
+        db, make_result(run_id="b", commit="cb", cases=FEW, medians=110.0, started_at=BASE_TIME + timedelta(hours=5))
     )
     g = queries.gaps(db).set_index("case")  # latest run: b
     assert (g["run_id"] == "b").all()
     assert g.loc["__suite__", "gap"] == pytest.approx(0.10)
-    assert g.loc["__suite__", "best_commit"] == "ca"
+    assert g.loc["__suite__", "best_commit"] == "c0"
     assert g.loc["__suite__", "record_implementation"] == "RIAC as well"
     assert g.loc["__suite__", "score_gap"] == pytest.approx(0.75 - g.loc["__suite__", "score"])
     assert g.loc["B4_S128", "gap"] == pytest.approx(0.10)
-    assert queries.gaps(db, "a").set_index("case").loc["__suite__", "gap"] == pytest.approx(0.0)
+    assert queries.gaps(db, "r0").set_index("case").loc["__suite__", "gap"] == pytest.approx(0.0)
     with pytest.raises(StorageError):
         queries.gaps(db, "nope")
 
