@@ -469,7 +469,12 @@ def run_findings(db: Database, run_id: str) -> pd.DataFrame:
 
 
 def sol_table(
-    db: Database, run_id: str, gaps: pd.DataFrame | None = None, *, quarantined: bool = False
+    db: Database,
+    run_id: str,
+    gaps: pd.DataFrame | None = None,
+    *,
+    quarantined: bool = False,
+    levels: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per case of one run: status, median, T_SOL, eager, cuBLAS, score, and the project's record on the same
     hardware and protocol (queries.gaps, or ``gaps`` when already read): best_us, best_commit, gap; x_sol =
@@ -486,7 +491,7 @@ def sol_table(
     out["score"] = out["score"].where(ok)
     out["gap"] = out["gap"].where(ok)
     out["x_sol"] = (out["median_us"] / out["t_sol_us"]).where(ok)
-    lv = series_levels(db, gaps)
+    lv = series_levels(db, gaps) if levels is None else levels
     return out.merge(lv[list(LEVEL_COLUMNS)], on="case", how="left")
 
 
@@ -538,11 +543,11 @@ def sol_view(
     other cases, the project's 16-case best suite geomean and the B200 #1 (``full_suite_record``) without any
     gap to this run (a stored suite record of as many cases may be of other cases: not comparable)."""
     gaps = queries.gaps(db, run_id)
-    table = sol_table(db, run_id, gaps, quarantined=quarantined)
+    lv = series_levels(db, gaps)  # read once: the table's rows and the suite row
+    table = sol_table(db, run_id, gaps, quarantined=quarantined, levels=lv)
     records = queries.records(db)
     full = not table.empty and is_full_suite(table["case"])
     suite = suite_gap(gaps) if full else full_suite_record(records, sel)
-    lv = series_levels(db, gaps)
     row = lv[lv["case"] == SUITE]
     if not row.empty:  # the series' current suite level against its record
         r = row.iloc[0]
