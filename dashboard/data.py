@@ -351,6 +351,13 @@ def attention_run(win: pd.DataFrame) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ changes
+def commit_run(db: Database, commit: str) -> dict | None:
+    """The run the dashboard opens on for ``?commit=SHA`` (a sha or a prefix, as ``solci report`` links it): that
+    commit's newest run measured for its own sake, a GPU run first (hardware, protocol, run_id ...); None when the
+    commit was never measured. StorageError when the prefix names several commits."""
+    return queries.commit_run(db, commit)
+
+
 def changes(db: Database, sel: Selection) -> pd.DataFrame:
     """Every stored step of the selection, newest first (queries.series_changes)."""
     return queries.series_changes(db, hardware=sel.hardware, protocol=sel.protocol, branch=sel.branch)

@@ -144,6 +144,7 @@ def render(path: Path) -> None:
         _jobs_section(key, token)
         return
     names = data.protocol_names(summary)
+    _open_on_commit(key)
     sel = _sidebar(summary, names)
     win = _series(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
@@ -173,6 +174,23 @@ def render(path: Path) -> None:
             _jobs_section(key, token)
             _run_detail_section(key, token, run, sel)
     preload.mount()  # the charting library, fetched once the browser is idle
+
+
+def _open_on_commit(key: str) -> None:
+    """``?commit=SHA`` (the link of ``solci report``): select that commit's newest run (its hardware, protocol,
+    all branches), once per commit asked for; the sidebar then works as usual. A commit never measured is said."""
+    wanted = st.query_params.get("commit")
+    if not wanted or st.session_state.get("opened-commit") == wanted:
+        return
+    st.session_state["opened-commit"] = wanted
+    found = data.commit_run(data.open_db(key), str(wanted))
+    if found is None:
+        st.warning(f"Commit {fmt.code(fmt.short(wanted, 12))} (from the link) was never measured in this history.")
+        return
+    st.session_state["hardware"] = found["hardware"]
+    st.session_state["protocol"] = found["protocol"]
+    st.session_state["branch"] = ALL_BRANCHES
+    st.session_state["run"] = found["run_id"]
 
 
 def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
@@ -211,6 +229,9 @@ def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
 def _run_selector(win: pd.DataFrame) -> str:
     """The run the headline, the SOL view and the run details show: the newest passing run unless picked."""
     ids = list(win["run_id"].iloc[::-1])
+    if "run" in st.session_state and st.session_state["run"] not in ids:  # e.g. ?commit= of a run older than the window
+        st.sidebar.caption("The run asked for is outside the window: pick more of the newest runs to see it.")
+        del st.session_state["run"]
     default = data.default_run(win)
     labels = data.run_choice_labels(win)
     return st.sidebar.selectbox(
@@ -317,6 +338,10 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
     note = data.drift_text(run)
     if note:
         st.info(f"Run {fmt.code(fmt.short(run['commit'], 12))}: {fmt.md(note)}.")
+    if run.get("step_status") == "acknowledged" and not fmt.missing(run.get("step_ack_reason")):
+        st.info(
+            f"The step at {fmt.code(fmt.short(run['commit'], 12))} is acknowledged: {fmt.md(run['step_ack_reason'])}"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ overview

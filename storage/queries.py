@@ -664,8 +664,8 @@ def run_window(
     measured for their own sake, oldest first. Per run: the runs row's figures (hardware = the label), quarantine
     and ``passing`` (every case passed, not quarantined: the run's figures stand), its stored verdict (verdict,
     cases_moved, suite_change/lo/hi, worst_case, worst_change, drift, clock, step_id, message, baseline_commit,
-    judged_at), its step's status (step_status), the suite's screened change and the
-    in-run baselines' change (screen_change, control_change: what drift is judged on), and for a run with failed
+    judged_at), its step's status (step_status) and acknowledgement (step_ack_reason), the suite's screened change
+    and the in-run baselines' change (screen_change, control_change: what drift is judged on), and for a run with failed
     cases: n_failed, failed_case and failed_status (the first by M), error_line (its informative error line)
     and n_errors (how many distinct error lines)."""
     err = _error_line("x.error")
@@ -691,7 +691,8 @@ def run_window(
                    sel.score, sel.ratio_vs_cublas, sel.ratio_vs_eager, sel.job_id, sel.quarantine,
                    {_passing("sel")} AS passing, v.verdict, v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi,
                    v.worst_case, v.worst_change, v.drift, v.clock, v.step_id, v.message, v.baseline_commit,
-                   v.judged_at, s.status AS step_status, vc.change AS screen_change, vc.control_change,
+                   v.judged_at, s.status AS step_status, s.ack_reason AS step_ack_reason, vc.change AS screen_change,
+                   vc.control_change,
                    coalesce(bad.n_failed, 0) AS n_failed, bad.failed_case, bad.failed_status, bad.error_line,
                    coalesce(bad.n_errors, 0) AS n_errors
             FROM sel
@@ -836,3 +837,100 @@ def job_log(db: Database, job_id: int) -> str | None:
     with db.read() as conn:
         row = conn.execute("SELECT coalesce(log, '') FROM jobs WHERE id = ?", [int(job_id)]).fetchone()
     return None if row is None else str(row[0])
+
+
+# --- reports (``solci report``)
+def commit_run(db: Database, commit: str) -> dict | None:
+    """The run a report or the dashboard shows for ``commit`` (a full sha or a prefix): the newest run of it
+    measured for its own sake, a GPU run before a CPU-interpreter one. A dict (run_id, commit, hardware, protocol,
+    branch, n_runs: how many such runs the commit has), None when the commit was never measured; StorageError when
+    the prefix names several commits."""
+    with db.read() as conn:
+        shas = [
+            r[0]
+            for r in conn.execute(
+                f"""SELECT DISTINCT r."commit" FROM runs r WHERE starts_with(r."commit", ?) AND {_MEASURED}
+                    ORDER BY 1 LIMIT 6""",
+                [commit],
+            ).fetchall()
+        ]
+        if len(shas) > 1:
+            raise StorageError(f"commit {commit!r} is ambiguous: it starts {', '.join(s[:12] for s in shas)}")
+        if not shas:
+            return None
+        cur = conn.execute(
+            f"""SELECT r.run_id, r."commit", r.hardware_label AS hardware, r.protocol, r.branch,
+                       count(*) OVER () AS n_runs
+                FROM runs r WHERE r."commit" = ? AND {_MEASURED}
+                ORDER BY r.mode = 'gpu' DESC, r.started_at DESC, r.seq DESC LIMIT 1""",
+            [shas[0]],
+        )
+        row = cur.fetchone()
+        return None if row is None else dict(zip([d[0] for d in cur.description], row, strict=True))
+
+
+def commit_report(db: Database, commit: str) -> dict | None:
+    """What ``solci report`` says of one commit (a full sha or a prefix), as stored; None when it was never
+    measured. A dict of plain values:
+
+    - ``run``: its run (``commit_run``) with the runs row's figures and what judging stored (as ``run_window``:
+      verdict, n_cases, cases_moved, suite_change/lo/hi, worst_case, worst_change, message, baseline_commit,
+      level_commits, step_id, judged_at, n_failed, failed_case, failed_status, error_line, quarantine), n_runs;
+    - ``step``: the step of its verdict, else a step stored later at this commit on the same series (a late one),
+      as ``changes`` lists it (status, detected_by, ack_reason, ack_at, fixed_by_commit ...); None when none;
+    - ``moved``: the cases that moved, largest change first (case, before_us, after_us, change, lo, hi): the
+      step's cases, else the screened cases of the verdict (before_us: the level, after_us: the run's figure,
+      lo/hi: the paired interval when confirmed);
+    - ``level``: the series' current suite level against the project record (as ``levels``), None when none."""
+    found = commit_run(db, commit)
+    if found is None:
+        return None
+    err = _error_line("x.error")
+    with db.read() as conn:
+        cur = conn.execute(
+            f"""
+            WITH bad AS (
+                SELECT count(*) AS n_failed, first(x.case_name ORDER BY x.m, x.case_name) AS failed_case,
+                       first(x.status ORDER BY x.m, x.case_name) AS failed_status,
+                       first({err} ORDER BY x.m, x.case_name) AS error_line
+                FROM results x WHERE x.run_id = $run AND x.status <> 'pass'
+            )
+            SELECT r.run_id, r."commit", r.branch, r.repo, r.started_at, r.mode, r.hardware_label AS hardware,
+                   r.gpu_model, r.protocol, p.name AS protocol_name, r.status, r.n_cases AS run_n_cases, r.n_pass,
+                   r.geomean_us, r.score, r.quarantine, {_passing("r")} AS passing, v.verdict, v.n_cases,
+                   v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi, v.worst_case, v.worst_change, v.message,
+                   v.baseline_commit, v.level_commits, v.step_id, v.judged_at, coalesce(bad.n_failed, 0) AS n_failed,
+                   bad.failed_case, bad.failed_status, bad.error_line
+            FROM runs r LEFT JOIN verdicts v ON v.run_id = r.run_id LEFT JOIN protocols p ON p.hash = r.protocol
+            CROSS JOIN bad
+            WHERE r.run_id = $run
+            """,
+            {"run": found["run_id"]},
+        )
+        run = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    run["n_runs"] = int(found["n_runs"])
+    where = ['s."commit" = $commit', "s.hardware_label = $hw", "s.protocol = $proto"]
+    params: dict = {"commit": run["commit"], "hw": run["hardware"], "proto": run["protocol"]}
+    if run.get("step_id"):
+        where, params = ["s.step_id = $sid"], {"sid": run["step_id"]}
+    steps = _step_listing(db, where, params, limit=1, by_run=False)
+    step = None if steps.empty else steps.iloc[0].to_dict()
+    if step is not None:
+        moved = step_cases(db, step["step_id"])[["case", "before_us", "after_us", "change", "lo", "hi"]]
+    else:
+        with db.read() as conn:
+            moved = conn.execute(
+                """SELECT c.case_name AS "case", x.median_us / (1 + c.change) AS before_us, x.median_us AS after_us,
+                          c.change, c.confirmed_lo AS lo, c.confirmed_hi AS hi
+                   FROM verdict_cases c JOIN results x ON x.run_id = c.run_id AND x.case_name = c.case_name
+                   WHERE c.run_id = ? AND c.moved ORDER BY abs(c.change) DESC""",
+                [run["run_id"]],
+            ).df()
+    lv = levels(db, hardware=run["hardware"], protocol=run["protocol"])
+    suite = lv[lv["case"] == SUITE]
+    return {
+        "run": run,
+        "step": step,
+        "moved": moved.reset_index(drop=True),
+        "level": None if suite.empty else suite.iloc[0].to_dict(),
+    }

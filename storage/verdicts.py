@@ -232,13 +232,24 @@ def record_step(
         _write_step(conn, step, cases, fixes, _now())
 
 
-def acknowledge(db: Database, commit: str, reason: str, *, hardware: str | None = None) -> list[dict[str, Any]]:
-    """Accept the open (or ambiguous) steps at ``commit`` (a full sha or a prefix) as intended: their status
-    becomes acknowledged, with the reason. Returns the steps changed; StorageError when there are none."""
+def acknowledge(
+    db: Database, commit: str | None, reason: str, *, hardware: str | None = None, step_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Accept the open (or ambiguous) steps at ``commit`` (a full sha or a prefix), or the one step ``step_id``
+    (as ``solci report`` and ``solci flags`` name it), as intended: their status becomes acknowledged, with the
+    reason. Returns the steps changed; StorageError when there are none."""
     if not reason or not reason.strip():
         raise StorageError("ack: a --reason is required (why the change is intended)")
-    where = 'starts_with("commit", ?) AND status IN (?, ?)'
-    params: list[Any] = [commit, *ACKABLE]
+    if (commit is None) == (step_id is None):
+        raise StorageError("ack: name a commit or a step id (step:ID or --step ID), one of the two")
+    if step_id is not None:
+        where, what_of = "step_id = ? AND status IN (?, ?)", f"step {step_id!r}"
+        params: list[Any] = [step_id, *ACKABLE]
+        known_sql, known_param = "SELECT DISTINCT status FROM steps WHERE step_id = ?", step_id
+    else:
+        where, what_of = 'starts_with("commit", ?) AND status IN (?, ?)', f"commit {commit!r}"
+        params = [commit, *ACKABLE]
+        known_sql, known_param = 'SELECT DISTINCT status FROM steps WHERE starts_with("commit", ?)', commit
     if hardware is not None:
         where += " AND hardware_label = ?"
         params.append(hardware)
@@ -247,11 +258,11 @@ def acknowledge(db: Database, commit: str, reason: str, *, hardware: str | None 
             f'SELECT step_id, "commit", status, hardware_label, protocol FROM steps WHERE {where}', params
         ).fetchall()
         if not rows:
-            known = conn.execute(
-                'SELECT DISTINCT status FROM steps WHERE starts_with("commit", ?)', [commit]
-            ).fetchall()
+            known = conn.execute(known_sql, [known_param]).fetchall()
             what = f"its steps are {', '.join(sorted(r[0] for r in known))}" if known else "no step names it"
-            raise StorageError(f"ack: no open step at commit {commit!r} in {db.path} ({what})")
+            if step_id is not None:
+                what = f"it is {known[0][0]}" if known else "no such step"
+            raise StorageError(f"ack: no open step at {what_of} in {db.path} ({what})")
         now = _now()
         conn.execute(
             f"UPDATE steps SET status = 'acknowledged', ack_reason = ?, ack_at = ?, updated_at = ? WHERE {where}",

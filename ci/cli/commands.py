@@ -7,6 +7,7 @@
     solci worker                          process the queue (one job at a time for one GPU slot)
     solci enqueue REPO REV...             queue commits (REV may be a range OLD..NEW)
     solci hooks install|uninstall REPO    git hook that queues each commit/push instantly
+    solci ack COMMIT|step:ID --reason R   accept an open step as intended (by its commit or its step id)
 
 Errors of usage (unknown commit, not a repository, locked or corrupt database) print one line and exit 2.
 """
@@ -52,12 +53,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @handles_errors
 def cmd_ack(args: argparse.Namespace) -> int:
-    """Accept the open step(s) at a commit as intended (a deliberate slowdown): status acknowledged."""
+    """Accept the open step(s) at a commit, or one step by its id (``step:ID`` or ``--step ID``, as ``solci
+    report`` names it), as intended (a deliberate slowdown): status acknowledged."""
 
-    changed = acknowledge(open_db(args), args.commit, args.reason, hardware=args.hardware)
+    commit, step = args.commit, args.step
+    if commit is not None and commit.startswith("step:") and step is None:
+        commit, step = None, commit.removeprefix("step:")
+    if (commit is None) == (step is None):
+        raise ValueError("ack: name a commit or a step id (step:ID or --step ID), one of the two")
+    changed = acknowledge(open_db(args), commit, args.reason, hardware=args.hardware, step_id=step)
     for s in changed:
         print(
-            f"solci: step at {s['commit'][:12]} on {s['hardware']} ({s['previous_status']}) acknowledged: {args.reason}"
+            visible(
+                f"solci: step {s['step_id']} at {s['commit'][:12]} on {s['hardware']} ({s['previous_status']}) "
+                f"acknowledged: {args.reason}"
+            )
         )
     return 0
 
@@ -178,8 +188,11 @@ def register(subparsers: Any) -> None:
     add_runner_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = subparsers.add_parser("ack", help="accept an open step (an intended slowdown) with a reason")
-    p.add_argument("commit", help="the step's commit (or a prefix)")
+    p = one_line_errors(subparsers.add_parser("ack", help="accept an open step (an intended slowdown) with a reason"))
+    p.add_argument(
+        "commit", nargs="?", help="the step's commit (or a prefix), or step:ID (a step id as `solci report` shows it)"
+    )
+    p.add_argument("--step", metavar="ID", help="the step by its id (as `solci report` shows it)")
     p.add_argument("--reason", required=True, help="why the change is intended (stored with the step)")
     p.add_argument("--hardware", help="only the step on this hardware label")
     add_db_argument(p)

@@ -15,7 +15,7 @@ COMMAND_MODULES = (
     bench,  # solci bench
     measure,  # solci measure
     commands,  # solci run / watch / worker / enqueue / hooks
-    read,  # solci history / flags / records / jobs / sql
+    read,  # solci history / flags / records / jobs / sql / report
     up,  # solci dashboard / solci up (the main job)
     doctor,  # solci doctor
     fleet,  # solci migrate / compact / spool / fleet (several hosts, one lake)

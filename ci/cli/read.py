@@ -1,6 +1,7 @@
-"""The reading subcommands of ``solci``: history, flags, records, jobs, sql.
+"""The reading subcommands of ``solci``: history, flags, records, jobs, sql, report.
 
 solci history | flags | records | jobs | sql "SELECT ..."   read the history (tables)
+solci report COMMIT|A..B [--format markdown|json|text]     each commit's verdict as a reviewer wants it
 
 Readers never create a history: a missing ``--db`` path is an error (exit 2). A filter that names something
 the history does not hold says what it does hold (exit 2); numbers print plainly (microseconds with fixed
@@ -10,12 +11,15 @@ decimals, changes and scores as percentages, p-values with two significant digit
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ci.cli import report
 from ci.cli.common import (
     add_db_argument,
     bounded,
@@ -26,12 +30,14 @@ from ci.cli.common import (
     print_table,
 )
 from ci.harness.terminal import visible
+from ci.service.gitutil import GitError, git, resolve_commit
 from problem.workload import Case
 from storage.jobs import get_job, list_jobs
 from storage.queries import (
     SQL_MAX_ROWS,
     SQL_TIMEOUT_S,
     changes,
+    commit_report,
     history,
     levels,
     records,
@@ -329,7 +335,64 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def report_commits(db: Any, spec: str, repo: str) -> list[tuple[str, dict | None]]:
+    """(commit, its stored report rows or None) for ``spec``: a range ``A..B`` (the first-parent commits of B
+    not reachable from A, in ``repo``, oldest first) or one commit (a stored sha or prefix, else a revision of
+    ``repo``). ValueError (exit 2) for a commit neither the history nor the repository knows."""
+    if ".." in spec:
+        try:
+            out = git("rev-list", "--first-parent", "--reverse", spec, "--", cwd=repo)
+        except GitError as exc:
+            raise ValueError(f"report: cannot resolve the range {spec!r} in {repo}: {exc}") from None
+        return [(sha, commit_report(db, sha)) for sha in out.split()]
+    rows = commit_report(db, spec)
+    if rows is not None:
+        return [(str(rows["run"]["commit"]), rows)]
+    try:
+        sha = resolve_commit(repo, spec)
+    except (GitError, OSError):
+        raise ValueError(f"report: unknown commit {spec!r}: not in the history, not a revision of {repo}") from None
+    return [(sha, commit_report(db, sha))]
+
+
+@handles_errors
+def cmd_report(args: argparse.Namespace) -> int:
+    """Each commit's verdict (a commit or the first-parent commits of a range, oldest first); exit 0, 3 when a
+    reported commit is regressed with its step open, 1 when one is broken (as ``solci run``)."""
+    db = open_db(args, create=False)
+    url = args.dashboard_url or os.environ.get(report.DASHBOARD_URL_ENV) or report.DEFAULT_DASHBOARD_URL
+    rep = report.build_report(report_commits(db, args.target, args.repo), dashboard_url=url, base=args.base)
+    if not rep.commits:
+        raise ValueError(f"report: the range {args.target!r} holds no commit")
+    sys.stdout.write(report.render(rep, args.format))
+    return rep.exit_code
+
+
 def register(subparsers: Any) -> None:
+    p = one_line_errors(
+        subparsers.add_parser(
+            "report",
+            help="each commit's verdict as a reviewer wants it (cases moved, intervals, step, record, error, link); "
+            "exit 0, 3 regressed with its step open, 1 broken",
+        )
+    )
+    p.add_argument("target", metavar="COMMIT|RANGE", help="a commit (sha, prefix or revision) or a range A..B")
+    p.add_argument("--format", choices=report.FORMATS, default="markdown", help="markdown (default), json or text")
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        help="the base asked for; pull-request series are not built yet: the report says so and compares each "
+        "commit with the level it was judged against",
+    )
+    p.add_argument("--repo", default=".", help="the repository that resolves revisions and ranges (default: .)")
+    p.add_argument(
+        "--dashboard-url",
+        help=f"the dashboard's address for the links (default ${report.DASHBOARD_URL_ENV}, else "
+        f"{report.DEFAULT_DASHBOARD_URL})",
+    )
+    add_db_argument(p)
+    p.set_defaults(func=cmd_report)
+
     p = one_line_errors(subparsers.add_parser("history", help="per-case results of the stored runs, oldest first"))
     p.add_argument("--case", help="one case, e.g. 4,128 or B4_S128 (__suite__: the geometric mean)")
     p.add_argument("--hardware", help="hardware label or GPU model, e.g. H200")

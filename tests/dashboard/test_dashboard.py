@@ -35,6 +35,7 @@ from storage import queries, schema
 from storage.db import Database, open_database
 from storage.ingest import ingest_result
 from storage.jobs import enqueue, list_jobs
+from storage.verdicts import acknowledge
 from tests.support import PROJECT
 from tests.support.factories import BASE_TIME, make_result
 from tests.support.history import (
@@ -500,6 +501,44 @@ def test_app_switches_hardware(monkeypatch: pytest.MonkeyPatch, history_db: Data
     assert not at.exception
     assert at.sidebar.selectbox(key="protocol").value == "pcpu"
     assert at.sidebar.selectbox(key="run").value == "cpu001"
+
+
+@pytest.mark.parametrize(
+    ("commit", "hardware", "run_id"),
+    [
+        (commit_of(SLOW_FROM), H200, run_id_of(SLOW_FROM)),  # the regressed commit, a prefix of it too
+        (commit_of(CRASHED_RUN)[:8], H200, run_id_of(CRASHED_RUN)),
+        ("01cpu", CPU, "cpu001"),  # another hardware: the selection follows the commit
+    ],
+)
+def test_app_opens_on_the_commit_in_its_url(
+    monkeypatch: pytest.MonkeyPatch, history_db: Database, commit: str, hardware: str, run_id: str
+) -> None:
+    """Issue 20, item 2: `solci report` links the dashboard with ?commit=SHA; the page opens on that commit's
+    newest run."""
+    at = _app(monkeypatch, history_db.path, commit=commit)
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="hardware").value == hardware
+    assert at.sidebar.selectbox(key="run").value == run_id
+    at = _app(monkeypatch, history_db.path, commit="ffffffff")
+    assert not at.exception and any("never measured" in w.value for w in at.warning)
+    assert at.sidebar.selectbox(key="run").value == run_id_of(CRAFTED_RUN)  # the usual default
+
+
+def test_app_shows_an_acknowledged_step_and_its_reason(
+    monkeypatch: pytest.MonkeyPatch, history_db: Database, tmp_path: Path
+) -> None:
+    """Issue 20, item 5: a step acknowledged by its id shows its reason on the commit's page."""
+    copy = tmp_path / "acked.duckdb"
+    copy.write_bytes(Path(history_db.path).read_bytes())
+    db = open_database(copy, lock_timeout=20)
+    step = queries.verdict(db, run_id_of(SLOW_FROM))["step_id"]
+    acknowledge(db, None, "bigger tiles | on purpose", step_id=step)
+    at = _app(monkeypatch, copy, commit=commit_of(SLOW_FROM))
+    assert not at.exception
+    said = [_plain(i.value) for i in at.info]
+    assert any("is acknowledged: bigger tiles | on purpose" in t for t in said), said
+    assert _metrics(at)["Open regressions"] == "0"
 
 
 def test_app_shows_stored_strings_literally(monkeypatch: pytest.MonkeyPatch, history_db: Database) -> None:
