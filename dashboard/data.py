@@ -87,6 +87,22 @@ def is_cpu(hardware: str) -> bool:
     return hardware == CPU_LABEL
 
 
+def matmul_baseline(hardware: str) -> str:
+    """The name of the in-run matmul baseline a run's kernel time is divided by (``ratio_vs_cublas``): cuBLAS on
+    a GPU; under the CPU interpreter torch's CPU matmul, which is not cuBLAS (the header and the runs table say
+    the same name and the same figure)."""
+    return "torch matmul (CPU interpreter, not cuBLAS)" if is_cpu(hardware) else "cuBLAS"
+
+
+def suite_ratio(run: pd.Series | dict) -> float | None:
+    """Kernel ÷ the matmul baseline (``matmul_baseline``) of one run as the header and the runs table show it:
+    the stored suite ratio of a passing run, None (–) for a failed one; on every hardware, labelled."""
+    if not bool(run.get("passing")):
+        return None
+    value = run.get("ratio_vs_cublas")
+    return None if fmt.missing(value) else float(value)
+
+
 # ------------------------------------------------------------------------------------------------ choices
 def summary(db: Database) -> pd.DataFrame:
     """One row per series (queries.series_summary): GPU series first, the newest passing run first."""

@@ -306,15 +306,20 @@ def _headline(key: str, token: tuple, sel: Selection, win: pd.DataFrame, run: pd
         help="mean SOL score over the cases (the leaderboard's % of SOL), the change against the previous passing "
         f"run of the same cases; none (–) for a failed run or the CPU interpreter, never 0 %{of_cases}",
     )
-    r = run["ratio_vs_cublas"] if passing and not cpu else None
+    baseline = data.matmul_baseline(sel.hardware)
     cols[3].metric(
-        "Kernel ÷ cuBLAS time",
-        fmt.ratio(r),
+        f"Kernel ÷ {baseline.split(' (')[0]} time",
+        fmt.ratio(data.suite_ratio(run)),
         "lower is better",
         delta_color="off",
         delta_arrow="off",
-        help="suite geomean of the kernel / geomean of the two cuBLAS GEMMs timed in the same run: "
-        "below 1.00× the fused kernel beats cuBLAS; none for a failed run or the CPU interpreter",
+        help=f"suite geomean of the kernel / geomean of the two {baseline} GEMMs timed in the same run"
+        + (
+            ": both under the CPU interpreter, a functional check, never a speed figure"
+            if cpu
+            else ": below 1.00× the fused kernel beats cuBLAS"
+        )
+        + "; none for a failed run",
     )
     n_open = int(_changes(key, token, sel)["status"].eq("open").sum())
     cols[4].metric("Open regressions", n_open, help="stored steps of this selection with status open")
@@ -686,7 +691,7 @@ def _runs_section(win: pd.DataFrame, sel: Selection) -> None:
     view = win.iloc[::-1].assign(
         commit=win["commit"].map(fmt.short),
         score=win["score"].where(ok & (not data.is_cpu(sel.hardware))),
-        ratio_vs_cublas=win["ratio_vs_cublas"].where(ok),
+        ratio_vs_cublas=win.apply(data.suite_ratio, axis=1) if not win.empty else win["ratio_vs_cublas"],
         ratio_vs_eager=win["ratio_vs_eager"].where(ok),
         geomean_us=win["geomean_us"].where(ok),
     )
@@ -717,7 +722,9 @@ def _runs_section(win: pd.DataFrame, sel: Selection) -> None:
             "started_at": _TIME,
             "geomean_us": st.column_config.NumberColumn(f"suite geomean ({charts.US})", format="%.2f"),
             "score": st.column_config.NumberColumn("SOL score", format="percent"),
-            "ratio_vs_cublas": st.column_config.NumberColumn("÷ cuBLAS (lower is better)", format="%.2f×"),
+            "ratio_vs_cublas": st.column_config.NumberColumn(
+                f"÷ {data.matmul_baseline(sel.hardware)} (lower is better)", format="%.2f×"
+            ),
             "ratio_vs_eager": st.column_config.NumberColumn("÷ eager (lower is better)", format="%.2f×"),
             "wall_s": st.column_config.NumberColumn("wall (s)", format="%.0f"),
         },

@@ -158,6 +158,126 @@ def test_dev_down_leaves_other_processes_alone(tmp_path: Path) -> None:
         proc.kill()
 
 
+def _stand_in_checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of ``dev`` in a checkout whose venv, set-up scripts, ruff, pytest and Docker are stand-ins: a
+    ``docker`` that answers once ``engine-up`` exists, a ``docker/ci_setup.sh`` that starts a stand-in dockerd
+    (its pid in the pid file) when none answers."""
+    root = tmp / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    (root / "docker").mkdir()
+    bin_ = root / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    shutil.copy(PROJECT / "dev", root / "dev")
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copy(PROJECT / name, root / name)
+    digest = subprocess.run(
+        "cat pyproject.toml constraints.txt | sha256sum | cut -c1-16",
+        shell=True,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (root / ".venv" / ".solci-installed").write_text(f"cpu {digest}\n")
+    (bin_ / "activate").write_text(f'PATH="{bin_}:$PATH"\n')
+
+    def script(path: Path, body: str) -> None:
+        path.write_text("#!/usr/bin/env bash\n" + body)
+        path.chmod(0o755)
+
+    for need in ("sandbox", "postgres", "browser"):
+        script(root / "scripts" / f"setup_{need}.sh", "exit 0\n")
+    script(bin_ / "python", f'echo "pytest: $*" >>"{tmp}/pytest.log"\n')
+    script(bin_ / "ruff", "exit 0\n")
+    fake = tmp / "fakebin"
+    fake.mkdir()
+    script(fake / "docker", f'[ "$1" = info ] && [ -f "{tmp}/engine-up" ]\n')
+    pidfile = tmp / "solci-dockerd.pid"
+    script(
+        root / "docker" / "ci_setup.sh",
+        f'if ! docker info; then setsid bash -c "exec -a dockerd sleep 300" </dev/null >/dev/null 2>&1 &\n'
+        f'echo $! >"{pidfile}"; touch "{tmp}/engine-up"; fi\n',
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "SOLCI_DOCKERD_PIDFILE": str(pidfile),
+        "SOLCI_VARIANT": "cpu",
+        "CI": "false",
+    }
+    env.pop("SOLCI_KEEP_DOCKER", None)
+    env.pop("SOLCI_NO_DOCKER", None)
+    return root, env
+
+
+def _kill_stand_in(pidfile: Path) -> None:
+    if pidfile.exists():
+        try:
+            os.kill(int(pidfile.read_text().strip()), 9)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("keep", [None, "--keep-docker", "env"])
+def test_dev_test_stops_the_engine_it_started_unless_asked(tmp_path: Path, keep: str | None) -> None:
+    """`./dev test` leaves the machine as it found it: an engine docker/ci_setup.sh started for the tests is
+    stopped afterwards, unless --keep-docker or SOLCI_KEEP_DOCKER=1; the pytest arguments pass through."""
+    root, env = _stand_in_checkout(tmp_path)
+    pidfile = Path(env["SOLCI_DOCKERD_PIDFILE"])
+    args = ["bash", str(root / "dev"), "test", "-k", "storage"]
+    if keep == "--keep-docker":
+        args.append("--keep-docker")
+    if keep == "env":
+        env["SOLCI_KEEP_DOCKER"] = "1"
+    try:
+        res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (tmp_path / "pytest.log").read_text() == "pytest: -m pytest -q -p no:cacheprovider -k storage\n"
+        pid = int(pidfile.read_text()) if pidfile.exists() else None
+        if keep is None:
+            assert "stopping the Docker engine started for the tests" in res.stdout
+            assert not pidfile.exists()
+        else:
+            assert "stopping" not in res.stdout and pid is not None and _alive(pid)
+    finally:
+        _kill_stand_in(pidfile)
+
+
+def test_dev_test_never_stops_an_engine_that_was_running(tmp_path: Path) -> None:
+    root, env = _stand_in_checkout(tmp_path)
+    (tmp_path / "engine-up").touch()  # an engine answers before the tests
+    pidfile = Path(env["SOLCI_DOCKERD_PIDFILE"])
+    proc = subprocess.Popen(["bash", "-c", "exec -a dockerd sleep 300"])  # even one ci_setup.sh started earlier
+    threading.Thread(target=proc.wait, daemon=True).start()
+    pidfile.write_text(f"{proc.pid}\n")
+    try:
+        res = subprocess.run(["bash", str(root / "dev"), "test"], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "stopping" not in res.stdout and proc.poll() is None and pidfile.exists()
+    finally:
+        proc.kill()
+
+
+def test_dev_test_passes_on_the_tests_exit_code_and_still_stops_the_engine(tmp_path: Path) -> None:
+    root, env = _stand_in_checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").write_text("#!/usr/bin/env bash\nexit 5\n")
+    pidfile = Path(env["SOLCI_DOCKERD_PIDFILE"])
+    try:
+        res = subprocess.run(["bash", str(root / "dev"), "test"], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 5, res.stdout + res.stderr
+        assert "stopping the Docker engine started for the tests" in res.stdout and not pidfile.exists()
+    finally:
+        _kill_stand_in(pidfile)
+
+
 # ------------------------------------------------------------------------------------------------ real engine
 def _free_port() -> int:
     with socket.socket() as s:

@@ -164,7 +164,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     db = open_db(args)
     if args.action == "install":
         paths = hooks.install(args.repo, db.path, python=args.python)
-        where = db.describe() if hasattr(db, "describe") else str(Path(db.path).resolve())
+        pinned = hooks.pinned_history(db.path)  # what the hooks queue into: a file's absolute path
+        where = str(pinned) if isinstance(pinned, Path) else db.describe()  # a lake: without its password
         print(f"solci: installed {', '.join(map(str, paths))} (queues into {where})")
     else:
         paths = hooks.uninstall(args.repo)

@@ -143,6 +143,13 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
         "and write whatever this user can); only for commits you trust",
     )
     g.add_argument(
+        "--notify",
+        metavar="URL",
+        default=None,
+        help="POST a JSON message (Slack-compatible text plus the verdict's summary) to URL when a step opens, "
+        "is fixed, or a commit breaks; retried with backoff, never failing a job (default: $SOLCI_NOTIFY)",
+    )
+    g.add_argument(
         "--timeout",
         type=bounded(float, 0.0, strict=True),
         default=3600.0,
@@ -204,7 +211,10 @@ def runner_config(args: argparse.Namespace) -> JobRunnerConfig:
     executor_options: dict[str, Any] = {"base_image": args.base_image} if args.base_image else {}
     if getattr(args, "trusted", False):
         executor_options["sandbox"] = "none"
-    return JobRunnerConfig(
+    notify_url = getattr(args, "notify", None)
+    if notify_url and not notify_url.startswith(("http://", "https://")):
+        raise ValueError(f"--notify: expected an http:// or https:// URL, got {notify_url!r}")
+    config = JobRunnerConfig(
         gpu=args.gpu,
         executor=args.executor,
         executor_options=executor_options,
@@ -212,6 +222,9 @@ def runner_config(args: argparse.Namespace) -> JobRunnerConfig:
         judge={"min_effect": args.min_effect, "k": args.k, "pairs": args.confirm_pairs},
         confirm=not args.no_confirm,
     )
+    if notify_url:
+        config.notify = notify_url
+    return config
 
 
 def print_report(db: Any, report: JobReport, *, show_log: bool = False) -> None:

@@ -45,8 +45,8 @@ UP_DESCRIPTION = """\
 Measure this checkout's HEAD (or --commit) exactly as CI does: it is queued as a job and the runner
 measures it, stores the run in the history file and judges it against the earlier runs. The executor is
 local unless --executor or $SOLCI_EXECUTOR says otherwise; without a GPU the kernel runs under Triton's
-interpreter on the smoke cases (about a minute and a half). Then the summary is printed and the dashboard
-served on the history (Ctrl-C stops it; --no-serve skips it).
+interpreter on the smoke cases (about 2.5 minutes on 2 CPU cores, fewer with more). Then the summary is
+printed and the dashboard served on the history (Ctrl-C stops it; --no-serve skips it).
 
   solci up                          # measure HEAD of ., serve on http://localhost:8501
   solci up --cases 1,7 --iters 2    # a quicker smoke run

@@ -118,13 +118,19 @@ def render(kind: str, repo: Path, db: Path | str, python: str | None = None) -> 
     return header + _BODIES[kind].format(zero=ZERO, chained=CHAINED_SUFFIX)
 
 
+def pinned_history(db_path: str | Path) -> str | Path:
+    """The history an installed hook queues into: a file's absolute path (the hook runs from the repository's
+    folder, not from where ``solci hooks install`` ran), a lake's spec as given."""
+    spec = str(db_path)
+    return spec if spec.startswith("ducklake:") else Path(spec).expanduser().resolve()
+
+
 def install(repo_path: str | Path, db_path: str | Path, *, python: str | None = None) -> list[Path]:
     """Install the hooks into a repository; returns their paths. A foreign hook is kept and chained."""
     repo = local_repo(repo_path)
     directory = hooks_dir(repo)
     directory.mkdir(parents=True, exist_ok=True)
-    spec = str(db_path)
-    db = spec if spec.startswith("ducklake:") else Path(spec).expanduser().resolve()  # a lake is named as given
+    db = pinned_history(db_path)
     kinds = hook_names(repo)
     for kind in kinds:  # refuse before changing anything
         hook, chained = directory / kind, directory / (kind + CHAINED_SUFFIX)

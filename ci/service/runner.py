@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ci.harness.terminal import visible
-from ci.service import fleet
-from ci.service.executors import choose_executor
+from ci.service import fleet, notify
+from ci.service.executors import choose_executor, executor_line
 from ci.service.executors.base import Execution, Executor, MeasureOptions, clip_log
 from ci.service.gitutil import GitError, checkout_source, commit_exists, first_parent_ancestry, is_url, mirror_of
 from ci.verdict.apply import judge_run
@@ -137,6 +137,8 @@ class JobRunnerConfig:
     # seconds a write is retried while another process holds the history (a reader), from the spool for a
     # result, before the job is infra_error; $SOLCI_STORE_PATIENCE
     store_patience_s: float = field(default_factory=store_patience_s)
+    # where a step opened, fixed, or a broken commit is posted (ci.service.notify); $SOLCI_NOTIFY
+    notify: str | None = field(default_factory=notify.notify_url)
 
 
 @dataclass
@@ -239,6 +241,7 @@ class JobRunner:
         *,
         executor: Executor | None = None,
         echo: Callable[[str], None] | None = None,
+        notifier: notify.Notifier | None = None,
     ) -> None:
         self.db = db
         self.config = config or JobRunnerConfig()
@@ -246,6 +249,9 @@ class JobRunner:
         self.echo = echo or (lambda _msg: None)
         self.log = RunnerLog(self.echo)  # the runner's own events (not a job's): the terminal
         self._started = False
+        if notifier is None and self.config.notify:
+            notifier = notify.Notifier(self.config.notify, say=self.log)
+        self.notifier = notifier  # None: no notifications
 
     @property
     def executor(self) -> Executor:
@@ -276,6 +282,10 @@ class JobRunner:
                 self.log(f"cleanup after a stopped runner failed: {exc}")
         if removed:
             self.log(f"removed {len(removed)} leftover(s) of a stopped runner of this history and slot")
+        try:
+            self.log(executor_line(self.executor))  # which executor measures, and why: on every start
+        except Exception as exc:  # said here; each job then records it as its runner's error
+            self.log(f"executor: unavailable ({exc})")
         self._started = True
         return requeued
 
@@ -364,7 +374,20 @@ class JobRunner:
         lease.closing()  # recording the outcome ends the job: a heartbeat after it is no takeover
         if self._finish(report, log, owner=lease.owner):
             self.log(report.summary)
+        self._notify(report)
         return report
+
+    def _notify(self, report: JobReport) -> None:
+        """Post the job's notification in the background (``ci.service.notify``): a step opened or fixed, or a
+        broken commit; never raises, never waits for the post."""
+        if self.notifier is None:
+            return
+        try:
+            s = notify.summary(self.db, report)
+            if s is not None:
+                self.notifier.send(notify.payload(s))
+        except Exception as exc:  # a notification never fails a job
+            self.log(f"notification not sent: {exc.__class__.__name__}: {exc}")
 
     def _source(self, job: Job) -> Path | None:
         """A local repository holding the job's commit (a mirror for a URL); None when there is none."""

@@ -106,6 +106,25 @@ def test_judging_stored_what_the_dashboard_shows(history_db: Database) -> None:
     assert queries.verdict(history_db, run_id_of(DRIFT_RUN))["drift"] is True
 
 
+def test_the_matmul_baseline_is_labelled_and_the_same_in_header_and_runs_table(history_db: Database) -> None:
+    """Issue 20, item 6: the header showed "Kernel ÷ cuBLAS –" for an interpreter run while the runs table showed
+    its ratio. Both now read ``data.suite_ratio`` under the name of ``data.matmul_baseline``: cuBLAS on a GPU,
+    torch's CPU matmul (not cuBLAS) under the interpreter; a failed run has none in either place."""
+    assert data.matmul_baseline(H200) == "cuBLAS"
+    cpu_name = data.matmul_baseline(CPU)
+    assert cpu_name.startswith("torch matmul") and "not cuBLAS" in cpu_name
+    for sel in (Selection(CPU, "pcpu"), Selection(H200, "p1")):
+        win = data.window(history_db, sel)
+        for row in win.to_dict("records"):
+            r = data.suite_ratio(row)
+            if row["passing"]:
+                assert r == pytest.approx(row["ratio_vs_cublas"]) and r is not None
+            else:
+                assert r is None
+    cpu_win = data.window(history_db, Selection(CPU, "pcpu"))
+    assert any(data.suite_ratio(row) is not None for row in cpu_win.to_dict("records"))
+
+
 def test_hardware_defaults_to_the_latest_passing_gpu_run(history_db: Database) -> None:
     summ = data.summary(history_db)
     assert set(summ["hardware"]) == {H200, CPU}
@@ -488,7 +507,11 @@ def test_app_on_the_cpu_interpreter(monkeypatch: pytest.MonkeyPatch, history_db:
     assert not at.exception and not at.error
     assert any("Triton's interpreter" in w.value for w in at.warning)
     m = _metrics(at)
-    assert m["Verdict"] == "functional" and m["SOL score"] == fmt.DASH and m["Kernel ÷ cuBLAS time"] == fmt.DASH
+    assert m["Verdict"] == "functional" and m["SOL score"] == fmt.DASH and "Kernel ÷ cuBLAS time" not in m
+    # the interpreter's matmul baseline is torch's, not cuBLAS: labelled so, the same figure as the runs table
+    win = data.window(history_db, Selection(CPU, "pcpu"))
+    newest = win.iloc[-1]
+    assert m["Kernel ÷ torch matmul time"] == fmt.ratio(data.suite_ratio(newest)) != fmt.DASH
     at = _app(monkeypatch, history_db.path, hardware=CPU, view="History")
     for fig in _figures(at):
         title = fig["layout"]["title"]["text"]

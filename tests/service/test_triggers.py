@@ -140,6 +140,22 @@ def test_post_commit_hook_queues_each_commit(tmp_path: Path, env: dict, db: Data
     assert len(queued(db)) == 1
 
 
+def test_hooks_install_prints_the_absolute_history_the_hook_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20, item 6: `solci hooks install` printed a relative history path while the hook pins an absolute
+    one; it prints the path the hook pins."""
+    from ci.cli.main import main
+
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    monkeypatch.chdir(tmp_path)
+    assert main(["hooks", "install", str(repo.path), "--db", "rel/history.duckdb"]) == 0
+    out = capsys.readouterr().out
+    pinned = (tmp_path / "rel" / "history.duckdb").resolve()
+    assert out.rstrip().endswith(f"(queues into {pinned})"), out
+    assert str(pinned) in (repo.path / ".git" / "hooks" / "post-commit").read_text()
+
+
 def test_working_repository_hooks_queue_pulls_merges_and_rebases(tmp_path: Path, env: dict, db: Database) -> None:
     """Audit (stop 16): git runs no post-commit for a pull (fast-forward or not) or a clean merge, and a rebase's
     commits are made on a detached HEAD: pulled and merged commits were never queued, rebased ones had no branch.
