@@ -126,6 +126,21 @@ def protocol_options(summ: pd.DataFrame, hardware: str) -> list[str]:
     return list(dict.fromkeys(sub["protocol"]))
 
 
+def other_protocols_text(summ: pd.DataFrame, hardware: str, protocol: str) -> str | None:
+    """What the page says when ``hardware`` has runs of protocols other than the one shown (a run measured with
+    ``--iters 2`` is a protocol of its own): how many, with how many runs, and where to pick them; None when
+    there are none."""
+    sub = summ[(summ["hardware"] == hardware) & (summ["protocol"] != protocol)]
+    if sub.empty:
+        return None
+    n, runs = len(sub), int(sub["n_runs"].sum())
+    return (
+        f"{n} other protocol{'s' if n > 1 else ''} on {hardware} ({runs} run{'s' if runs != 1 else ''}) not shown "
+        "here: pick one under Protocol. A protocol is how the timings were taken (timer, iterations, L2 flush, "
+        "harness version): a run with other options (e.g. --iters 2) starts a series of its own."
+    )
+
+
 def protocol_names(summ: pd.DataFrame) -> dict[str, str]:
     return {p: n for p, n in zip(summ["protocol"], summ["protocol_name"], strict=True) if not fmt.missing(n)}
 

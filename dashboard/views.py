@@ -213,6 +213,9 @@ def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
         bind="query-params",
         help="How the timings were taken; figures of different protocols are never compared.",
     )
+    others = data.other_protocols_text(summary, hardware, protocol)
+    if others:  # a run of other options (--iters 2) is never hidden without a word
+        sb.info(others)
     branches = data.branch_options(summary, hardware, protocol)
     branch = sb.selectbox("Branch", [ALL_BRANCHES, *branches], key="branch", bind="query-params")
     limit = sb.selectbox(

@@ -125,6 +125,33 @@ def test_the_matmul_baseline_is_labelled_and_the_same_in_header_and_runs_table(h
     assert any(data.suite_ratio(row) is not None for row in cpu_win.to_dict("records"))
 
 
+def test_other_protocols_of_the_hardware_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20, item 6: the dashboard opened on one protocol and hid a run measured with --iters 2 without saying
+    other protocols exist; it says how many, with how many runs, and where to pick them."""
+    db = open_database(tmp_path / "h.duckdb", lock_timeout=20)
+    for i, proto in enumerate(("pcpu", "pcpu", "pcpu-iters2")):
+        doc = make_result(
+            commit=f"{i:02d}cpu" + "0" * 36,
+            gpu_model=None,
+            hardware_label=CPU,
+            protocol=proto,
+            cases=["B1_S256"],
+            started_at=BASE_TIME + timedelta(hours=i if proto == "pcpu" else -1),
+        )
+        ingest_result(db, doc)
+    summ = data.summary(db)
+    assert data.protocol_options(summ, CPU)[0] == "pcpu"
+    text = data.other_protocols_text(summ, CPU, "pcpu")
+    assert text and text.startswith(f"1 other protocol on {CPU} (1 run) not shown") and "Protocol" in text
+    assert "2 runs" in data.other_protocols_text(summ, CPU, "pcpu-iters2")
+    at = _app(monkeypatch, db.path, hardware=CPU)
+    assert not at.exception
+    assert any("1 other protocol" in i.value for i in at.sidebar.info)
+    single = open_database(tmp_path / "one.duckdb", lock_timeout=20)
+    ingest_result(single, make_result(gpu_model=None, hardware_label=CPU, protocol="pcpu", cases=["B1_S256"]))
+    assert data.other_protocols_text(data.summary(single), CPU, "pcpu") is None
+
+
 def test_hardware_defaults_to_the_latest_passing_gpu_run(history_db: Database) -> None:
     summ = data.summary(history_db)
     assert set(summ["hardware"]) == {H200, CPU}
