@@ -259,14 +259,12 @@ FULL_SLACK_BYTES = 2**20  # a budget with less than this free is spent
 
 
 def _limit_bytes(env: str, default_mb: float) -> int:
+    """A limit given in MiB by ``env`` (else ``default_mb``), in bytes (or characters, for a text stream)."""
     try:
         mb = float(os.environ.get(env) or default_mb)
     except ValueError:
         mb = default_mb
     return max(1024, int(mb * 2**20))
-
-
-_limit_chars = _limit_bytes  # a text stream's limits are counted in characters
 
 
 @dataclass(frozen=True)
@@ -302,7 +300,8 @@ class CaseProcessHandle:
         self.scratch_fd: int | None = None  # the budgeted sandbox's /scratch, open (sandbox.scratch_fd)
         info_r, info_w = os.pipe() if self.budget is not None else (None, None)
         if iso.sandbox == "bwrap":
-            scratch = iso.scratch or Path(tempfile.mkdtemp(prefix="solci-scratch-"))
+            # a host folder only where the sandbox binds one (no budget): a budgeted sandbox's /scratch is a tmpfs
+            scratch = iso.scratch or (Path(tempfile.mkdtemp(prefix="solci-scratch-")) if self.budget is None else None)
             inner = sandbox.worker_command(mode, sandbox.CANDIDATE_MOUNT if iso.candidate else None, iso.role)
             cmd, env = sandbox.wrap(
                 inner,
@@ -341,8 +340,8 @@ class CaseProcessHandle:
     def _read(self) -> None:
         """Queue the worker's lines; past a limit, queue why and stop reading (the worker is then killed)."""
         assert self.proc.stdout is not None
-        line_limit = _limit_chars(MESSAGE_LINE_LIMIT_ENV, DEFAULT_MESSAGE_LINE_LIMIT_MB)
-        total_limit = _limit_chars(MESSAGE_TOTAL_LIMIT_ENV, DEFAULT_MESSAGE_TOTAL_LIMIT_MB)
+        line_limit = _limit_bytes(MESSAGE_LINE_LIMIT_ENV, DEFAULT_MESSAGE_LINE_LIMIT_MB)
+        total_limit = _limit_bytes(MESSAGE_TOTAL_LIMIT_ENV, DEFAULT_MESSAGE_TOTAL_LIMIT_MB)
         while True:
             line = self.proc.stdout.readline(line_limit + 1)
             if not line:

@@ -212,7 +212,7 @@ def wrap(
     cmd: list[str],
     *,
     candidate: Path | None,
-    scratch: Path,
+    scratch: Path | None,
     env: dict[str, str],
     gpu: bool | None = None,
     triton_cache: Path | None = None,
@@ -242,11 +242,13 @@ def wrap(
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     if budget is None:
+        if scratch is None:
+            raise ValueError("a sandbox without a write budget binds a host scratch folder: give one")
         scratch.mkdir(parents=True, exist_ok=True)
         for sub in ("tmp", "triton", "cache"):
             (scratch / sub).mkdir(exist_ok=True)
         args += ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
-    else:  # everything the commit can write, in memory and bounded; /tmp is a link into it
+    else:  # everything the commit can write, in memory and bounded (TMPDIR is /scratch/tmp)
         args += ["--size", str(budget), "--tmpfs", SCRATCH_MOUNT]
         for sub in ("tmp", "triton", "cache"):
             args += ["--dir", f"{SCRATCH_MOUNT}/{sub}"]
@@ -268,7 +270,7 @@ def wrap(
         args += _ro(Path(p), seen)
     if candidate is not None:
         args += ["--ro-bind", str(Path(candidate).resolve()), CANDIDATE_MOUNT]
-    if budget is None:
+    if scratch is not None and budget is None:
         args += ["--bind", str(scratch.resolve()), SCRATCH_MOUNT]
     args += ["--chdir", SCRATCH_MOUNT]
     if triton_cache is not None:  # kept across the runs of one commit (only that commit's code writes it)
@@ -351,10 +353,8 @@ def save_tree(base: int, name: str, dest: Path, cap: int, depth: int = 8) -> boo
     """Replace ``dest`` with a copy of the folder ``name`` in the folder ``base`` (a descriptor): real folders
     and regular files only (no symbolic link followed, anything else left out), at most ``cap`` bytes and
     ``depth`` levels. False, and ``dest`` removed, when it is over the cap; OSError when it cannot be read."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent)) if dest.parent.is_dir() else None
-    if tmp is None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     left = [cap]
 
     def copy(dir_fd: int, to: Path, level: int) -> bool:
