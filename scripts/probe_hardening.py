@@ -42,7 +42,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -700,38 +699,9 @@ def probe_3(lab: Lab) -> list[Row]:
     return rows
 
 
-class Listener:
-    """A TCP listener on 127.0.0.1 that records every connection."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.hits: list[bytes] = []
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(1)
-                try:
-                    self.hits.append(conn.recv(64))
-                except OSError:
-                    self.hits.append(b"")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 def probe_4(lab: Lab) -> list[Row]:
+    from tests.support.listener import Listener  # lazy: only when this probe runs, never for --help
+
     rows = []
     t0 = time.monotonic()
     c = Checks()

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import socket
 import subprocess
 import sys
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,41 +40,11 @@ from tests.support.hostile import (
     hostile_commit,
     reports,
 )
+from tests.support.listener import Listener
 from tests.support.repo_factory import LAUNCHER, make_project_repo
 
 OPTIONS = MeasureOptions(cases="1,7", rounds=1, warmup=0, iters=2, timeout=300)
 NO_BWRAP = probe()
-
-
-class Listener:
-    """A TCP listener on the host's loopback that records every connection it gets."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.hits: list[bytes] = []
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(1)
-                try:
-                    self.hits.append(conn.recv(64))
-                except OSError:
-                    self.hits.append(b"")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
 
 
 def _sha(path: Path) -> str:
