@@ -37,21 +37,29 @@ class FileQueue(Queue):
     """The queue in the history file's ``jobs`` table."""
 
     def enqueue(
-        self, repo: str, commit: str, *, branch: str | None, trigger: str, force: bool, gpu_model: str | None
+        self,
+        repo: str,
+        commit: str,
+        *,
+        branch: str | None,
+        trigger: str,
+        force: bool,
+        gpu_model: str | None,
+        base: str | None = None,
     ) -> tuple[int, bool]:
         with self.db.transaction() as conn:
             if not force:
                 row = conn.execute(
                     f"""SELECT id FROM jobs WHERE repo = ? AND "commit" = ? AND status IN {ACTIVE}
-                        ORDER BY id DESC LIMIT 1""",
-                    [repo, commit],
+                        AND base IS NOT DISTINCT FROM ? ORDER BY id DESC LIMIT 1""",
+                    [repo, commit, base],
                 ).fetchone()
                 if row:
                     return int(row[0]), False
             row = conn.execute(
-                """INSERT INTO jobs (repo, "commit", branch, "trigger", status, attempts, enqueued_at, gpu_model)
-                   VALUES (?, ?, ?, ?, 'queued', 0, ?, ?) RETURNING id""",
-                [repo, commit, branch, trigger, utc_now(), gpu_model],
+                """INSERT INTO jobs (repo, "commit", branch, "trigger", status, attempts, enqueued_at, gpu_model,
+                   base) VALUES (?, ?, ?, ?, 'queued', 0, ?, ?, ?) RETURNING id""",
+                [repo, commit, branch, trigger, utc_now(), gpu_model, base],
             ).fetchone()
             return int(row[0]), True
 

@@ -78,6 +78,7 @@ def ingest_result(
     parent: str | None = None,
     expect_gpu_model: str | None = None,
     expect_commit: str | None = None,
+    base: str | None = None,
 ) -> bool:
     """Store a run whole or not at all; False when its run_id is already stored (nothing is added).
 
@@ -88,7 +89,8 @@ def ingest_result(
     document measured in the kernel's own process (``measured_by`` "direct") is refused. A run
     faster than its hardware's speed of light is stored quarantined (``runs.quarantine``): never a record,
     never a baseline. Links the run to ``job_id`` (a ``measure`` run becomes the job's run; ``confirm`` runs are
-    the re-measurements of a confirmation) and records the commit's first parent. A run sets no record: records
+    the re-measurements of a confirmation) and records the commit's first parent. ``base``: the merge-base a
+    pull request's run is judged against (``runs.base``; None for main's line). A run sets no record: records
     are made by judging, from confirmed levels (``storage.records``).
     """
     if purpose not in RUN_PURPOSES:
@@ -118,7 +120,7 @@ def ingest_result(
             return False
         now = datetime.now(UTC).replace(tzinfo=None)
         _insert_dimensions(conn, doc, now, parent)
-        _insert_run(conn, doc, now, job_id, purpose, quarantine)
+        _insert_run(conn, doc, now, job_id, purpose, quarantine, base)
         _insert_results(conn, doc)
         _insert_samples(conn, doc)
         if job_id is not None and purpose == "measure":
@@ -216,18 +218,27 @@ def _insert_dimensions(conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime
 
 
 def _insert_run(
-    conn: duckdb.DuckDBPyConnection, doc: dict, now: datetime, job_id: int | None, purpose: str, quarantine: str | None
+    conn: duckdb.DuckDBPyConnection,
+    doc: dict,
+    now: datetime,
+    job_id: int | None,
+    purpose: str,
+    quarantine: str | None,
+    base: str | None = None,
 ) -> None:
     hw, suite = doc["hardware"], doc["suite"]
     geo = suite.get("geomean_us")
     if geo is None and is_passing(doc):
         geo = geomean([c["median_us"] for c in doc["cases"]])
+    # ``base`` only for a pull request's run: main's runs leave it NULL (and a history older than version 5,
+    # as the upgrade tests write one, has no such column)
+    extra = ", base" if base is not None else ""
     conn.execute(
-        """INSERT INTO runs (run_id, "commit", branch, repo, started_at, finished_at, wall_s, mode,
+        f"""INSERT INTO runs (run_id, "commit", branch, repo, started_at, finished_at, wall_s, mode,
                hardware_fingerprint, hardware_label, gpu_model, hostname, protocol, status, n_cases, n_pass,
                geomean_us, geomean_eager_us, geomean_cublas_us, score, ratio_vs_cublas, ratio_vs_eager,
-               job_id, ingested_at, purpose, harness, quarantine)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               job_id, ingested_at, purpose, harness, quarantine{extra})
+           VALUES ({", ".join(["?"] * (27 + bool(extra)))})""",
         [
             doc["run_id"],
             doc.get("commit"),
@@ -256,6 +267,7 @@ def _insert_run(
             purpose,
             doc.get("harness"),
             quarantine,
+            *([base] if extra else []),
         ],
     )
 

@@ -168,12 +168,15 @@ def enqueue(
     trigger: str = "manual",
     force: bool = False,
     gpu_model: str | None = None,
+    base: str | None = None,
 ) -> tuple[int, bool]:
     """Queue (repo, commit); returns (job id, created). An existing queued/running/done job for the same
-    (repo, commit) is returned instead (created False) unless ``force``; a failed one is queued again.
+    (repo, commit, base) is returned instead (created False) unless ``force``; a failed one is queued again.
+    ``base``: a pull request's or branch's merge-base with its base branch; the job's commit is then judged
+    against that commit's level, in a series of its own (``ci.verdict.apply.judge_run``), not along its own line.
 
     On a lake, one job per GPU model (``storage.lake_queue``); the id returned is this host's model's."""
-    return db.queue.enqueue(repo, commit, branch=branch, trigger=trigger, force=force, gpu_model=gpu_model)
+    return db.queue.enqueue(repo, commit, branch=branch, trigger=trigger, force=force, gpu_model=gpu_model, base=base)
 
 
 def queued_commits(db: Database, repo: str) -> set[str]:

@@ -220,7 +220,7 @@ QUEUE_ALIAS = "solci_queue"
 QUEUE_VIEWS = (
     f"""CREATE OR REPLACE TEMP VIEW jobs AS SELECT CAST(id AS BIGINT) AS id, repo, "commit", branch, "trigger",
         status, CAST(attempts AS INTEGER) AS attempts, enqueued_at, started_at, finished_at, outcome, run_id, worker,
-        gpu, log, lease_owner, heartbeat_at, gpu_model FROM {QUEUE_ALIAS}.solci.jobs""",
+        gpu, log, lease_owner, heartbeat_at, gpu_model, base FROM {QUEUE_ALIAS}.solci.jobs""",
     f"""CREATE OR REPLACE TEMP VIEW watch_state AS SELECT repo, branch, last_commit, updated_at
         FROM {QUEUE_ALIAS}.solci.watch_state""",
 )

@@ -128,7 +128,15 @@ class PgQueue(Queue):
 
     # -------------------------------------------------------------------------------------------- enqueue
     def enqueue(
-        self, repo: str, commit: str, *, branch: str | None, trigger: str, force: bool, gpu_model: str | None
+        self,
+        repo: str,
+        commit: str,
+        *,
+        branch: str | None,
+        trigger: str,
+        force: bool,
+        gpu_model: str | None,
+        base: str | None = None,
     ) -> tuple[int, bool]:
         with self.db.pg() as pg:
             pg.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"enqueue:{repo}:{commit}",))
@@ -150,16 +158,16 @@ class PgQueue(Queue):
                     row = pg.execute(
                         f"""SELECT id FROM solci.jobs WHERE repo = %s AND "commit" = %s AND status IN {ACTIVE}
                             AND (gpu_model IS NULL OR gpu_model = %s::text OR %s::text IS NULL)
-                            ORDER BY id DESC LIMIT 1""",
-                        (repo, commit, model, model),
+                            AND base IS NOT DISTINCT FROM %s::text ORDER BY id DESC LIMIT 1""",
+                        (repo, commit, model, model, base),
                     ).fetchone()
                     if row:
                         out[model] = (int(row[0]), False)
                         continue
                 row = pg.execute(
                     """INSERT INTO solci.jobs (repo, "commit", branch, "trigger", status, attempts, enqueued_at,
-                       gpu_model) VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s) RETURNING id""",
-                    (repo, commit, branch, trigger, now, model),
+                       gpu_model, base) VALUES (%s, %s, %s, %s, 'queued', 0, %s, %s, %s) RETURNING id""",
+                    (repo, commit, branch, trigger, now, model, base),
                 ).fetchone()
                 out[model] = (int(row[0]), True)
         return out.get(local) or next(iter(out.values()))

@@ -422,19 +422,31 @@ def series_runs(
     ancestry: list[str] | None,
     branch: str | None = None,
     max_runs: int = 2000,
+    base: str | None = None,
 ) -> pd.DataFrame:
     """The figures judging reads for ``run_id``'s series: one row per run x case of every passing,
     unquarantined GPU run of the series (this hardware label and protocol) on ``ancestry`` (the run's commit
     and its first-parent ancestors, newest first), ``run_id`` itself excluded; rows ordered by the commit's
     place in the ancestry (oldest first), then by run. Without ``ancestry`` (no repository at hand): the runs of
-    the same branch that started before ``run_id``, in time order. ``max_runs`` bounds what is read."""
+    the same branch that started before ``run_id``, in time order. ``max_runs`` bounds what is read.
+
+    Only main's runs count (``runs.base`` NULL), and, with ``base`` (a pull request's run, judged against its
+    merge-base ``base``: ``ancestry`` is then the run's commit followed by the merge-base's line), the earlier
+    runs of the same commit against the same merge-base too."""
     with db.read() as conn:
         info = _run_info(conn, run_id)
         if info is None:
             raise StorageError(f"{db.path}: no run {run_id!r}")
         passing = f"""r.hardware_label = $hw AND r.protocol = $proto AND {_passing("r")} AND r.mode = 'gpu'
-                      AND r.run_id <> $run"""
-        params: dict = {"hw": hardware, "proto": protocol, "run": run_id, "lim": int(max_runs)}
+                      AND r.run_id <> $run AND (r.base IS NULL OR (r.base = $base AND r."commit" = $own))"""
+        params: dict = {
+            "hw": hardware,
+            "proto": protocol,
+            "run": run_id,
+            "lim": int(max_runs),
+            "base": base,
+            "own": info["commit"],
+        }
         if ancestry:
             params["chain"] = list(ancestry)
             sql = f"""
@@ -471,11 +483,22 @@ def run_figures(db: Database, run_id: str) -> pd.DataFrame:
         ).df()
 
 
-def series_steps(db: Database, *, hardware: str, protocol: str, commits: list[str] | None = None) -> pd.DataFrame:
+def series_steps(
+    db: Database,
+    *,
+    hardware: str,
+    protocol: str,
+    commits: list[str] | None = None,
+    base: str | None = None,
+    own: str | None = None,
+) -> pd.DataFrame:
     """Steps of a series (optionally only those at ``commits``), oldest first, with their cases as a list of
-    structs (case, change, lo, hi, before_us, after_us)."""
-    where = "s.hardware_label = $hw AND s.protocol = $proto"
-    params: dict = {"hw": hardware, "proto": protocol}
+    structs (case, change, lo, hi, before_us, after_us). Main's steps only (their run's ``base`` NULL), and with
+    ``base`` the steps of ``own`` against that merge-base too (a pull request's run judged again)."""
+    where = """s.hardware_label = $hw AND s.protocol = $proto
+                AND (s.run_id IS NULL OR s.run_id NOT IN (SELECT run_id FROM runs WHERE base IS NOT NULL)
+                     OR s.run_id IN (SELECT run_id FROM runs WHERE base = $base AND "commit" = $own))"""
+    params: dict = {"hw": hardware, "proto": protocol, "base": base, "own": own}
     if commits is not None:
         where += ' AND list_contains($commits::VARCHAR[], s."commit")'
         params["commits"] = list(commits)
@@ -546,9 +569,10 @@ def changes(
     commit: str | None = None,
     limit: int | None = None,
 ) -> pd.DataFrame:
-    """Every detected step, newest first (by creation), one row each with the columns of ``series_changes``.
+    """Every detected step of main's line, newest first (by creation), one row each with the columns of
+    ``series_changes`` (a pull request's steps are its report's, never a change of main's level).
     Filters: hardware label or GPU model, status, commit prefix."""
-    where: list[str] = []
+    where: list[str] = ["r.base IS NULL"]
     params: dict = {}
     if hardware is not None:
         where.append("(s.hardware_label = $hw OR r.gpu_model = $hw)")
@@ -609,7 +633,8 @@ def verdict_marks(db: Database, run_ids: list[str]) -> pd.DataFrame:
 # --- dashboard and read commands
 # What the dashboard and the read commands (``ci.cli.read``) read: aggregated in SQL, bounded by a window of
 # the newest N runs of one selection (hardware label x protocol), never the whole history into Python.
-_MEASURED = "coalesce(r.purpose, 'measure') = 'measure'"  # confirmation re-measurements are not series points
+# confirmation re-measurements and pull requests' runs (judged against a merge-base) are not main's series points
+_MEASURED = "coalesce(r.purpose, 'measure') = 'measure' AND r.base IS NULL"
 
 
 def _error_line(col: str) -> str:
@@ -788,8 +813,13 @@ def series_changes(
     first (by the culprit run's start), one row each: step_id, commit, parent_commit, run_id, status, direction,
     detected_by, cases_moved, n_cases, suite_change/lo/hi, worst_case, worst_change, fixed_by (step id) and
     fixed_by_commit, ack_reason, ack_at, message, branch, hardware, protocol, created_at, started_at (of the
-    culprit's run)."""
-    where = ["s.hardware_label = $hw", "s.protocol = $proto", "($branch IS NULL OR s.branch = $branch)"]
+    culprit's run). Main's steps only (not a pull request's)."""
+    where = [
+        "s.hardware_label = $hw",
+        "s.protocol = $proto",
+        "($branch IS NULL OR s.branch = $branch)",
+        "r.base IS NULL",
+    ]
     params = {"hw": hardware, "proto": protocol, "branch": branch}
     return _step_listing(db, where, params, limit=limit, by_run=True)
 
@@ -840,18 +870,20 @@ def job_log(db: Database, job_id: int) -> str | None:
 
 
 # --- reports (``solci report``)
-def commit_run(db: Database, commit: str) -> dict | None:
+def commit_run(db: Database, commit: str, *, base: str | None = None) -> dict | None:
     """The run a report or the dashboard shows for ``commit`` (a full sha or a prefix): the newest run of it
-    measured for its own sake, a GPU run before a CPU-interpreter one. A dict (run_id, commit, hardware, protocol,
-    branch, n_runs: how many such runs the commit has), None when the commit was never measured; StorageError when
-    the prefix names several commits."""
+    measured for its own sake, a GPU run before a CPU-interpreter one; a run of main's line before a pull
+    request's (judged against a merge-base), and with ``base`` only a run judged against that merge-base. A dict
+    (run_id, commit, hardware, protocol, branch, base, n_runs: how many such runs the commit has), None when the
+    commit was never measured so; StorageError when the prefix names several commits."""
+    which = "coalesce(r.purpose, 'measure') = 'measure' AND r.base IS NOT DISTINCT FROM coalesce($base, r.base)"
     with db.read() as conn:
         shas = [
             r[0]
             for r in conn.execute(
-                f"""SELECT DISTINCT r."commit" FROM runs r WHERE starts_with(r."commit", ?) AND {_MEASURED}
+                f"""SELECT DISTINCT r."commit" FROM runs r WHERE starts_with(r."commit", $commit) AND {which}
                     ORDER BY 1 LIMIT 6""",
-                [commit],
+                {"commit": commit, "base": base},
             ).fetchall()
         ]
         if len(shas) > 1:
@@ -859,30 +891,31 @@ def commit_run(db: Database, commit: str) -> dict | None:
         if not shas:
             return None
         cur = conn.execute(
-            f"""SELECT r.run_id, r."commit", r.hardware_label AS hardware, r.protocol, r.branch,
-                       count(*) OVER () AS n_runs
-                FROM runs r WHERE r."commit" = ? AND {_MEASURED}
-                ORDER BY r.mode = 'gpu' DESC, r.started_at DESC, r.seq DESC LIMIT 1""",
-            [shas[0]],
+            f"""SELECT r.run_id, r."commit", r.hardware_label AS hardware, r.protocol, r.branch, r.base,
+                       count(*) OVER (PARTITION BY r.base IS NULL) AS n_runs
+                FROM runs r WHERE r."commit" = $commit AND {which}
+                ORDER BY r.base IS NULL DESC, r.mode = 'gpu' DESC, r.started_at DESC, r.seq DESC LIMIT 1""",
+            {"commit": shas[0], "base": base},
         )
         row = cur.fetchone()
         return None if row is None else dict(zip([d[0] for d in cur.description], row, strict=True))
 
 
-def commit_report(db: Database, commit: str) -> dict | None:
+def commit_report(db: Database, commit: str, *, base: str | None = None) -> dict | None:
     """What ``solci report`` says of one commit (a full sha or a prefix), as stored; None when it was never
-    measured. A dict of plain values:
+    measured (with ``base``: never measured against that merge-base). A dict of plain values:
 
     - ``run``: its run (``commit_run``) with the runs row's figures and what judging stored (as ``run_window``:
       verdict, n_cases, cases_moved, suite_change/lo/hi, worst_case, worst_change, message, baseline_commit,
-      level_commits, step_id, judged_at, n_failed, failed_case, failed_status, error_line, quarantine), n_runs;
+      level_commits, step_id, judged_at, n_failed, failed_case, failed_status, error_line, quarantine), n_runs,
+      base (the merge-base a pull request's run was judged against; None on main's line);
     - ``step``: the step of its verdict, else a step stored later at this commit on the same series (a late one),
       as ``changes`` lists it (status, detected_by, ack_reason, ack_at, fixed_by_commit ...); None when none;
     - ``moved``: the cases that moved, largest change first (case, before_us, after_us, change, lo, hi): the
       step's cases, else the screened cases of the verdict (before_us: the level, after_us: the run's figure,
       lo/hi: the paired interval when confirmed);
     - ``level``: the series' current suite level against the project record (as ``levels``), None when none."""
-    found = commit_run(db, commit)
+    found = commit_run(db, commit, base=base)
     if found is None:
         return None
     err = _error_line("x.error")
@@ -897,7 +930,7 @@ def commit_report(db: Database, commit: str) -> dict | None:
             )
             SELECT r.run_id, r."commit", r.branch, r.repo, r.started_at, r.mode, r.hardware_label AS hardware,
                    r.gpu_model, r.protocol, p.name AS protocol_name, r.status, r.n_cases AS run_n_cases, r.n_pass,
-                   r.geomean_us, r.score, r.quarantine, {_passing("r")} AS passing, v.verdict, v.n_cases,
+                   r.geomean_us, r.score, r.quarantine, r.base, {_passing("r")} AS passing, v.verdict, v.n_cases,
                    v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi, v.worst_case, v.worst_change, v.message,
                    v.baseline_commit, v.level_commits, v.step_id, v.judged_at, coalesce(bad.n_failed, 0) AS n_failed,
                    bad.failed_case, bad.failed_status, bad.error_line
@@ -909,8 +942,13 @@ def commit_report(db: Database, commit: str) -> dict | None:
         )
         run = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
     run["n_runs"] = int(found["n_runs"])
-    where = ['s."commit" = $commit', "s.hardware_label = $hw", "s.protocol = $proto"]
-    params: dict = {"commit": run["commit"], "hw": run["hardware"], "proto": run["protocol"]}
+    where = [
+        's."commit" = $commit',
+        "s.hardware_label = $hw",
+        "s.protocol = $proto",
+        "r.base IS NOT DISTINCT FROM $base",
+    ]
+    params: dict = {"commit": run["commit"], "hw": run["hardware"], "proto": run["protocol"], "base": run["base"]}
     if run.get("step_id"):
         where, params = ["s.step_id = $sid"], {"sid": run["step_id"]}
     steps = _step_listing(db, where, params, limit=1, by_run=False)

@@ -68,6 +68,7 @@ class Job:
     lease_owner: str | None = None
     heartbeat_at: datetime | None = None
     gpu_model: str | None = None
+    base: str | None = None  # a pull request's or branch's job: the merge-base it is judged against (else main's line)
 
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
@@ -231,9 +232,17 @@ class Queue(ABC):
 
     @abstractmethod
     def enqueue(
-        self, repo: str, commit: str, *, branch: str | None, trigger: str, force: bool, gpu_model: str | None
+        self,
+        repo: str,
+        commit: str,
+        *,
+        branch: str | None,
+        trigger: str,
+        force: bool,
+        gpu_model: str | None,
+        base: str | None = None,
     ) -> tuple[int, bool]:
-        """Queue (repo, commit): (job id, created)."""
+        """Queue (repo, commit, base): (job id, created)."""
 
     @abstractmethod
     def queued_commits(self, repo: str) -> set[str]:

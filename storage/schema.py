@@ -44,6 +44,10 @@ Version 4 makes records from confirmed levels (``storage.records``, docs/verdict
   says what changed in one line (stderr, and the version row's description). A migration may return such a
   note.
 
+Version 5 adds pull-request and branch series (docs/verdicts.md "Pull requests and branches"): ``runs.base`` and
+``jobs.base``, the merge-base a run of a pull request's commit was judged against (NULL: the run is of main's
+line); such runs and their steps never enter main's levels, steps or records.
+
 Case names are stored in column ``case_name`` (``case`` is an SQL keyword); ``'__suite__'`` stands for the
 geometric mean over a run's cases.
 
@@ -199,6 +203,7 @@ CREATE TABLE IF NOT EXISTS solci.jobs (
     attempts INTEGER NOT NULL DEFAULT 0, enqueued_at TIMESTAMP NOT NULL, started_at TIMESTAMP,
     finished_at TIMESTAMP, outcome TEXT, run_id TEXT, worker TEXT, gpu TEXT, log TEXT,
     lease_owner TEXT, heartbeat_at TIMESTAMP, gpu_model TEXT);
+ALTER TABLE solci.jobs ADD COLUMN IF NOT EXISTS base TEXT;
 CREATE INDEX IF NOT EXISTS jobs_queued ON solci.jobs (enqueued_at, id) WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS jobs_running ON solci.jobs (gpu) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS jobs_commit ON solci.jobs (repo, "commit");
@@ -453,6 +458,16 @@ def _v4(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> str | None:
     return recompute_project_records(conn)
 
 
+_V5_DDL = """
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS base VARCHAR;
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS base VARCHAR;
+"""
+
+
+def _v5(conn: duckdb.DuckDBPyConnection, backend: str = "file") -> None:
+    _run_ddl(conn, _V5_DDL, backend)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema; published B200 leaderboard records", _v1),
     Migration(
@@ -468,6 +483,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "levels; project records recomputed from the stored levels",
         _v4,
     ),
+    Migration(5, "pull-request series: runs.base and jobs.base (the merge-base a run is judged against)", _v5),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

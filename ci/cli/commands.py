@@ -37,14 +37,22 @@ from ci.cli.common import (
 from ci.harness.terminal import visible
 from ci.service import hooks
 from ci.service.runner import JobRunner, exit_code_for
-from ci.service.triggers import PollResult, enqueue_commits, guess_branch, poll, resolve_revisions, watch
+from ci.service.triggers import (
+    PollResult,
+    enqueue_commits,
+    guess_branch,
+    poll,
+    pull_request_bases,
+    resolve_revisions,
+    watch,
+)
 from storage.verdicts import acknowledge
 
 
 @handles_errors
 def cmd_run(args: argparse.Namespace) -> int:
     db = open_db(args)
-    report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch)
+    report = run_commit_now(db, args, args.repo, args.commit, branch=args.branch, base=args.base)
     if report is None:  # a stop signal came before the job finished
         return EXIT_INTERRUPTED
     print_report(db, report, show_log=args.verbose)
@@ -151,9 +159,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         echo("nothing to queue (empty range)")
         return 0
     branch = args.branch or guess_branch(source, shas[-1])
-    for q in enqueue_commits(db, repo, shas, branch=branch, trigger=args.trigger, force=args.force):
+    bases = pull_request_bases(source, shas, args.base) if args.base else None
+    for q in enqueue_commits(db, repo, shas, branch=branch, trigger=args.trigger, force=args.force, bases=bases):
         state = "queued" if q.created else "already queued or measured"
-        print(f"solci: {q.commit[:12]} ({branch or 'no branch'}) {state}: job {q.job_id}")
+        if q.base_of:
+            print(f"solci: {q.commit[:12]} (merge-base of {q.base_of[:12]} with {args.base}) {state}: job {q.job_id}")
+        else:
+            against = f", against its merge-base {q.base[:12]}" if q.base else ""
+            print(f"solci: {q.commit[:12]} ({branch or 'no branch'}{against}) {state}: job {q.job_id}")
     return 0
 
 
@@ -184,6 +197,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repo", default=".", help="repository: a path or a URL (default: .)")
     p.add_argument("--commit", default="HEAD", help="commit or revision (default HEAD)")
     p.add_argument("--branch", help="branch label (default: a branch holding the commit)")
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        help="a pull request's or branch's base (e.g. origin/main): judge the commit against the level of its "
+        "merge-base with REF (measured first when it never was), in a series of its own that never moves main's",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="print the log tail even when it passed")
     add_db_argument(p)
     add_runner_options(p)
@@ -249,6 +268,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--branch", help="branch label (default: a branch holding the commit)")
     p.add_argument("--trigger", default="manual", help="what queued it (manual, hook, watch; default manual)")
     p.add_argument("--force", action="store_true", help="queue again even if already queued or measured")
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        help="a pull request's base (e.g. origin/main): each commit not on REF's line is judged against its "
+        "merge-base with REF (queued first)",
+    )
     add_db_argument(p)
     p.set_defaults(func=cmd_enqueue)
 

@@ -22,7 +22,7 @@ from ci.service.executors.base import EXECUTOR_KINDS, ExecutorUnavailable, Measu
 from ci.service.fleet import detect_gpu_model
 from ci.service.gitutil import GitError
 from ci.service.runner import EXIT_INFRA, EXIT_USAGE, JobReport, JobRunner, JobRunnerConfig, exit_code_for
-from ci.service.triggers import guess_branch, resolve_revisions
+from ci.service.triggers import guess_branch, pull_request_bases, resolve_revisions
 from ci.verdict.rules import JudgeConfig
 from storage.db import CatalogUnreachableError, DatabaseLockedError, StorageError, open_database
 from storage.jobs import enqueue, get_job
@@ -331,22 +331,34 @@ def jobs_exit_code(job_ids: list[int], done: dict[int, Any]) -> int:
 
 
 def run_commit_now(
-    db: Any, args: argparse.Namespace, repo: str, commit: str, *, branch: str | None = None
+    db: Any, args: argparse.Namespace, repo: str, commit: str, *, branch: str | None = None, base: str | None = None
 ) -> JobReport | None:
     """Queue one commit (again, even when it was measured before) and run its job here, now: what ``solci run``
-    and ``solci up`` do. Returns the finished job's report, or None when a stop signal came first (exit 130)."""
+    and ``solci up`` do. With ``base`` (a pull request's base branch, e.g. origin/main) the commit is judged
+    against the level of its merge-base with it, measured first (as main's commit) when it never was. Returns
+    the finished job's report, or None when a stop signal came first (exit 130)."""
 
     canon, source, shas = resolve_revisions(repo, [commit])
     sha = shas[-1]
     branch = branch or guess_branch(source, sha)
     config = runner_config(args)
     config.gpu_model = config.gpu_model or detect_gpu_model(config.gpu)
-    job_id, _ = enqueue(db, canon, sha, branch=branch, trigger="manual", force=True, gpu_model=config.gpu_model)
+    merge = pull_request_bases(source, [sha], base).get(sha) if base else None
+    ids = []
+    if merge is not None:
+        base_id, _ = enqueue(db, canon, merge, trigger="base", gpu_model=config.gpu_model)
+        echo(f"job {base_id}: {merge[:12]}, the merge-base of {sha[:12]} with {base} (main's line)")
+        ids.append(base_id)
+    job_id, _ = enqueue(
+        db, canon, sha, branch=branch, trigger="manual", force=True, gpu_model=config.gpu_model, base=merge
+    )
+    ids.append(job_id)
     runner = JobRunner(db, config, echo=echo)
-    echo(f"job {job_id}: {sha[:12]} of {canon} with the {runner.executor.name} executor into {db.path}")
+    against = f", judged against the level of {merge[:12]}" if merge else ""
+    echo(f"job {job_id}: {sha[:12]} of {canon}{against} with the {runner.executor.name} executor into {db.path}")
     runner.start()
-    done = wait_for_jobs(db, [job_id], runner, stop=install_stop_signals())
-    if unfinished([job_id], done):
+    done = wait_for_jobs(db, ids, runner, stop=install_stop_signals())
+    if unfinished(ids, done):
         return None
     job = done[job_id]
     report = JobReport(

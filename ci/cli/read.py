@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from ci.cli.common import (
 )
 from ci.harness.terminal import visible
 from ci.service.gitutil import GitError, git, resolve_commit
+from ci.service.triggers import pull_request_bases
 from problem.workload import Case
 from storage.jobs import get_job, list_jobs
 from storage.queries import (
@@ -335,24 +337,35 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_commits(db: Any, spec: str, repo: str) -> list[tuple[str, dict | None]]:
+def report_commits(
+    db: Any, spec: str, repo: str, base: str | None = None
+) -> tuple[list[tuple[str, dict | None]], dict]:
     """(commit, its stored report rows or None) for ``spec``: a range ``A..B`` (the first-parent commits of B
     not reachable from A, in ``repo``, oldest first) or one commit (a stored sha or prefix, else a revision of
-    ``repo``). ValueError (exit 2) for a commit neither the history nor the repository knows."""
+    ``repo``), and {commit: merge-base} for those off ``base``'s line (``--base REF``: their runs judged
+    against that merge-base are reported). ValueError (exit 2) for a commit neither the history nor the
+    repository knows, or a base the repository does not know."""
     if ".." in spec:
         try:
-            out = git("rev-list", "--first-parent", "--reverse", spec, "--", cwd=repo)
+            shas = git("rev-list", "--first-parent", "--reverse", spec, "--", cwd=repo).split()
         except GitError as exc:
             raise ValueError(f"report: cannot resolve the range {spec!r} in {repo}: {exc}") from None
-        return [(sha, commit_report(db, sha)) for sha in out.split()]
-    rows = commit_report(db, spec)
-    if rows is not None:
-        return [(str(rows["run"]["commit"]), rows)]
-    try:
-        sha = resolve_commit(repo, spec)
-    except (GitError, OSError):
-        raise ValueError(f"report: unknown commit {spec!r}: not in the history, not a revision of {repo}") from None
-    return [(sha, commit_report(db, sha))]
+    elif base is None and (rows := commit_report(db, spec)) is not None:
+        return [(str(rows["run"]["commit"]), rows)], {}
+    else:
+        try:
+            shas = [resolve_commit(repo, spec)]
+        except (GitError, OSError):
+            if base is not None:
+                raise ValueError(f"report: unknown commit {spec!r}: --base needs it in {repo}") from None
+            raise ValueError(f"report: unknown commit {spec!r}: not in the history, not a revision of {repo}") from None
+    merge_bases: dict[str, str] = {}
+    if base is not None:
+        try:
+            merge_bases = pull_request_bases(Path(repo), shas, base)
+        except GitError as exc:
+            raise ValueError(f"report: --base {base!r}: {exc}") from None
+    return [(sha, commit_report(db, sha, base=merge_bases.get(sha))) for sha in shas], merge_bases
 
 
 @handles_errors
@@ -361,7 +374,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     reported commit is regressed with its step open, 1 when one is broken (as ``solci run``)."""
     db = open_db(args, create=False)
     url = args.dashboard_url or os.environ.get(report.DASHBOARD_URL_ENV) or report.DEFAULT_DASHBOARD_URL
-    rep = report.build_report(report_commits(db, args.target, args.repo), dashboard_url=url, base=args.base)
+    rows, merge_bases = report_commits(db, args.target, args.repo, args.base)
+    rep = report.build_report(rows, dashboard_url=url, base=args.base, merge_bases=merge_bases)
     if not rep.commits:
         raise ValueError(f"report: the range {args.target!r} holds no commit")
     sys.stdout.write(report.render(rep, args.format))
@@ -381,8 +395,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--base",
         metavar="REF",
-        help="the base asked for; pull-request series are not built yet: the report says so and compares each "
-        "commit with the level it was judged against",
+        help="a pull request's base (e.g. origin/main): report each commit off its line as judged against its "
+        "merge-base with REF (solci run --base REF)",
     )
     p.add_argument("--repo", default=".", help="the repository that resolves revisions and ranges (default: .)")
     p.add_argument(

@@ -1,6 +1,6 @@
 """``solci report``'s content: the verdict of each commit as a reviewer wants it, made from stored rows (pure).
 
-    build_report(rows, commits, dashboard_url=..., base=None) -> Report   rows: storage.queries.commit_report
+    build_report(rows, dashboard_url=..., base=None, merge_bases=None) -> Report   rows: queries.commit_report
     render(report, "markdown" | "json" | "text") -> str                    Report.from_dict(json.loads(...))
 
 Per commit: the verdict, the cases moved out of N, the suite change with its interval, a table of the moved
@@ -103,6 +103,7 @@ class CommitReport:
     failed_case: str | None = None
     message: str | None = None
     n_runs: int | None = None
+    merge_base: str | None = None  # a pull request's run: the merge-base whose level it was judged against
 
     @property
     def exit_code(self) -> int:
@@ -117,7 +118,7 @@ class CommitReport:
 @dataclass
 class Report:
     commits: list[CommitReport]
-    base: str | None = None  # the --base REF asked for (PR series are not built yet: said in the report)
+    base: str | None = None  # the --base REF: each commit off its line is judged against its merge-base with it
 
     @property
     def exit_code(self) -> int:
@@ -129,9 +130,8 @@ class Report:
         if self.base is None:
             return []
         return [
-            f"base {self.base} was asked for: pull-request series (issue 20, item 3) are not built yet, so each "
-            "commit is reported against the level it was judged against (its series' first-parent line), not "
-            f"against {self.base}"
+            f"against {self.base}: each commit is judged against the level of its merge-base with {self.base} "
+            "(re-measured beside it when it moved), in a series of its own that never moves the base's levels"
         ]
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,10 +156,15 @@ def dashboard_link(base_url: str, commit: str) -> str:
     return f"{base_url.rstrip('/')}/?commit={quote(commit, safe='')}"
 
 
-def commit_report(commit: str, rows: Mapping[str, Any] | None, *, dashboard_url: str) -> CommitReport:
-    """One commit's report from ``storage.queries.commit_report``'s rows (None: never measured)."""
+def commit_report(
+    commit: str, rows: Mapping[str, Any] | None, *, dashboard_url: str, merge_base: str | None = None
+) -> CommitReport:
+    """One commit's report from ``storage.queries.commit_report``'s rows (None: never measured; with
+    ``merge_base``, never measured against it)."""
     if rows is None:
-        return CommitReport(commit=commit, measured=False, link=dashboard_link(dashboard_url, commit))
+        return CommitReport(
+            commit=commit, measured=False, link=dashboard_link(dashboard_url, commit), merge_base=merge_base
+        )
     run, step, level = rows["run"], rows.get("step"), rows.get("level")
     sha = str(run["commit"])
     moved = rows.get("moved")
@@ -210,14 +215,21 @@ def commit_report(commit: str, rows: Mapping[str, Any] | None, *, dashboard_url:
         failed_case=_text(run.get("failed_case")),
         message=_text(run.get("message")),
         n_runs=_int(run.get("n_runs")),
+        merge_base=_text(run.get("base")),
     )
 
 
 def build_report(
-    rows: Sequence[tuple[str, Mapping[str, Any] | None]], *, dashboard_url: str = DEFAULT_DASHBOARD_URL, base=None
+    rows: Sequence[tuple[str, Mapping[str, Any] | None]],
+    *,
+    dashboard_url: str = DEFAULT_DASHBOARD_URL,
+    base: str | None = None,
+    merge_bases: Mapping[str, str] | None = None,
 ) -> Report:
-    """A report from (commit as asked, its ``storage.queries.commit_report`` rows or None), oldest first."""
-    return Report([commit_report(c, r, dashboard_url=dashboard_url) for c, r in rows], base=base)
+    """A report from (commit as asked, its ``storage.queries.commit_report`` rows or None), oldest first;
+    ``base``: the base REF asked for, ``merge_bases``: each commit off its line and its merge-base with it."""
+    mbs = merge_bases or {}
+    return Report([commit_report(c, r, dashboard_url=dashboard_url, merge_base=mbs.get(c)) for c, r in rows], base=base)
 
 
 # ------------------------------------------------------------------------------------------------ renderers
@@ -287,7 +299,8 @@ def _lines(c: CommitReport, esc) -> list[tuple[str, str]]:
         out.append(("first error", esc(f"{c.failed_case}: {c.error_line}" if c.failed_case else c.error_line)))
     if c.baseline_commit:
         n = f" ({c.level_commits} commits)" if c.level_commits else ""
-        out.append(("judged against", esc(f"the level ending at {c.baseline_commit[:12]}{n}")))
+        of = f"the level of the merge-base {c.merge_base[:12]}, " if c.merge_base else "the level "
+        out.append(("judged against", esc(f"{of}ending at {c.baseline_commit[:12]}{n}")))
     where = ", ".join(x for x in (c.hardware, c.protocol, f"run {c.run_id}" if c.run_id else None) if x)
     out.append(("measured", esc(f"{where}; branch {c.branch or '-'}")))
     return out
@@ -299,7 +312,8 @@ def render_markdown(report: Report) -> str:
     for c in report.commits:
         head = f"### `{_md(c.commit[:12])}`"
         if not c.measured:
-            parts += ["", f"{head}: never measured", "", f"[dashboard]({c.link})"]
+            against = f" against its merge-base {_md(c.merge_base[:12])}" if c.merge_base else ""
+            parts += ["", f"{head}: never measured{against}", "", f"[dashboard]({c.link})"]
             continue
         parts += ["", f"{head}: **{_md(c.verdict or 'not judged')}**", ""]
         parts += [f"- {label}: {value}" for label, value in _lines(c, _md)[1:]]
@@ -324,7 +338,8 @@ def render_text(report: Report) -> str:
     for c in report.commits:
         parts.append("")
         if not c.measured:
-            parts += [f"{visible(c.commit[:12])}  never measured", f"  dashboard: {c.link}"]
+            against = f" against its merge-base {visible(c.merge_base[:12])}" if c.merge_base else ""
+            parts += [f"{visible(c.commit[:12])}  never measured{against}", f"  dashboard: {c.link}"]
             continue
         parts.append(f"{visible(c.commit[:12])}  {visible((c.verdict or 'not judged').upper())}")
         parts += [f"  {label}: {value}" for label, value in _lines(c, visible)[1:]]

@@ -141,6 +141,14 @@ def resolve_commit(repo: str | Path, rev: str) -> str:
     return out
 
 
+def merge_base(repo: str | Path, a: str, b: str) -> str:
+    """The best common ancestor of commits ``a`` and ``b`` (``git merge-base``); GitError when they share none."""
+    out = git("merge-base", a, b, cwd=repo, check=False)
+    if not out:
+        raise GitError(f"{a[:12]} and {b[:12]} have no common ancestor in {repo}")
+    return out.split()[0]
+
+
 def commit_exists(repo: str | Path, sha: str) -> bool:
     try:
         return (

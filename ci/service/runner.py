@@ -121,6 +121,14 @@ def store_patience_s() -> float:
     return value
 
 
+def judged_ancestry(source: Path, job: Job) -> list[str]:
+    """The line a job's commit is judged along, newest first: its first-parent ancestry; for a pull request's
+    job (``job.base``, its merge-base with the base branch), the commit followed by the merge-base's line."""
+    if job.base:
+        return [job.commit, *first_parent_ancestry(source, job.base)]
+    return first_parent_ancestry(source, job.commit)
+
+
 @dataclass
 class JobRunnerConfig:
     gpu: str = "gpu0"
@@ -347,7 +355,8 @@ class JobRunner:
     def _process(self, job: Job, lease: Lease) -> JobReport:
         start = time.monotonic()
         log = self.log.for_job(job.id)
-        log(f"measuring {job.commit[:12]} of {job.repo} ({job.branch or 'no branch'})", to="terminal")
+        against = f", judged against its merge-base {job.base[:12]}" if job.base else ""
+        log(f"measuring {job.commit[:12]} of {job.repo} ({job.branch or 'no branch'}{against})", to="terminal")
         report = JobReport(job.id, job.repo, job.commit, job.branch, "error", "failed")
         try:
             stored = self._stored_run(job)
@@ -427,11 +436,12 @@ class JobRunner:
             parent=ancestry[1] if len(ancestry) > 1 else None,
             expect_gpu_model=self.expected_gpu_model(),
             expect_commit=job.commit,
+            base=job.base,
         )
         if kept.rejected is not None:  # nothing it says is believed: stored as a rejected run, with the reason
             log(f"result rejected: {kept.rejected}", to="log")
             return JudgedRun(None, "rejected", "rejected", f"the result document was rejected: {kept.rejected}")
-        return self._judge(job, kept.run_id, source, log, ancestry)
+        return self._judge(job, kept.run_id, source, log, None if job.base else ancestry)
 
     def _store(self, log: RunnerLog, doc: dict, **how: Any) -> spool.Stored:
         """``spool.store`` with this runner's patience: while another process holds the history the result
@@ -468,7 +478,7 @@ class JobRunner:
         """Judge a stored run, confirming on the GPU when it moved (``ci.verdict.confirm``: this runner measures
         and stores each confirmation run); a change that lies at an unjudged parent queues that parent."""
         if ancestry is None and source is not None:
-            ancestry = first_parent_ancestry(source, job.commit)
+            ancestry = judged_ancestry(source, job)
         cfg = JudgeConfig(**self.config.judge)
         confirm = (
             Confirmation(self.db, self._confirmation_measure(job, source, log), cfg.pairs, say=log)
@@ -485,9 +495,10 @@ class JobRunner:
             log(result.late, to="log")
         if result.earlier:  # the change is the parent's (or older): make sure that commit is measured and judged
             earlier = result.earlier
+            branch = None if job.base else job.branch  # a pull request's merge-base is main's commit
             parent_job, created = self._patiently(
                 "queueing the parent",
-                lambda: jobs.enqueue(self.db, job.repo, earlier, branch=job.branch, trigger="blame"),
+                lambda: jobs.enqueue(self.db, job.repo, earlier, branch=branch, trigger="blame"),
                 log,
             )
             log(
@@ -533,6 +544,7 @@ class JobRunner:
             purpose="confirm",
             expect_gpu_model=self.expected_gpu_model(),
             expect_commit=commit,
+            base=job.base if commit != job.base else None,  # the merge-base's re-measurements are main's
         )
         if kept.rejected is not None:
             return Measured(None, f"rejected: {kept.rejected[:300]}", ex.log)

@@ -41,6 +41,7 @@ from ci.service.gitutil import (
     git,
     is_url,
     local_repo,
+    merge_base,
     mirror_of,
     new_commits,
     old_end_known,
@@ -58,7 +59,9 @@ DEFAULT_MAX_COMMITS: int | None = None  # no cap: every commit of a push is queu
 class Queued:
     job_id: int
     commit: str
-    created: bool  # False: this (repo, commit) was already queued, running or done
+    created: bool  # False: this (repo, commit, base) was already queued, running or done
+    base: str | None = None  # a pull request's commit: the merge-base it is judged against
+    base_of: str | None = None  # a merge-base queued for this pull request's commit
 
 
 @dataclass
@@ -77,13 +80,39 @@ class PollResult:
 
 
 def enqueue_commits(
-    db: Any, repo: str, commits: list[str], *, branch: str | None, trigger: str, force: bool = False
+    db: Any,
+    repo: str,
+    commits: list[str],
+    *,
+    branch: str | None,
+    trigger: str,
+    force: bool = False,
+    bases: dict[str, str] | None = None,
 ) -> list[Queued]:
-
+    """Queue each commit, oldest first. ``bases`` (``pull_request_bases``): a pull request's commits and their
+    merge-bases; each merge-base is queued first as main's commit (not again when it was), then the commit is
+    queued to be judged against it."""
     out = []
     for sha in commits:
-        job_id, created = enqueue(db, repo, sha, branch=branch, trigger=trigger, force=force)
-        out.append(Queued(job_id, sha, created))
+        base = (bases or {}).get(sha)
+        if base is not None:
+            job_id, created = enqueue(db, repo, base, branch=None, trigger="base")
+            out.append(Queued(job_id, base, created, base_of=sha))
+        job_id, created = enqueue(db, repo, sha, branch=branch, trigger=trigger, force=force, base=base)
+        out.append(Queued(job_id, sha, created, base=base))
+    return out
+
+
+def pull_request_bases(source: Path, commits: list[str], base_ref: str) -> dict[str, str]:
+    """{commit: its merge-base with ``base_ref``} for the commits not on ``base_ref``'s line (a commit the base
+    branch already holds is main's and judged along its own line). GitError for an unknown ``base_ref`` or a
+    commit sharing no history with it."""
+    base_sha = resolve_commit(source, base_ref)
+    out = {}
+    for sha in commits:
+        mb = merge_base(source, sha, base_sha)
+        if mb != sha:
+            out[sha] = mb
     return out
 
 

@@ -13,6 +13,9 @@ returns a ``RunVerdict``:
    clocks make the verdict ambiguous). A run of a commit that already has a confirmed step joins that step; a
    step that opens withdraws the same change's step wrongly blamed on a descendant
    (``storage.verdicts.record_judgement``);
+   A pull request's run (``runs.base``: the merge-base it is judged against) is screened against that
+   commit's level on main, confirmed against that commit, and stored in a series of its own: it fixes,
+   withdraws and records nothing, and no late step is searched after it;
 3. the run's level (its commits since the newest confirmed step, the run's own included) and, for a confirmed
    improvement, the step's paired estimate are offered to the project records (``record_figures``,
    ``storage.records``): only a judging whose verdict is in ``storage.records.RECORD_VERDICTS`` can move a
@@ -185,7 +188,8 @@ def _steps(df: pd.DataFrame) -> list[Step]:
 def load_series(
     db: Database, info: dict, ancestry: Sequence[str] | None, cfg: JudgeConfig
 ) -> tuple[Series, RunFigures]:
-    """The series of a stored run (its hardware label and protocol, along ``ancestry``) and the run itself."""
+    """The series of a stored run (its hardware label and protocol, along ``ancestry``) and the run itself; a
+    pull request's run (``runs.base``) sees main's runs and steps and its own commit's against the same base."""
     rows = queries.series_runs(
         db,
         hardware=info["hardware_label"],
@@ -193,6 +197,7 @@ def load_series(
         run_id=info["run_id"],
         ancestry=list(ancestry) if ancestry else None,
         max_runs=cfg.noise_points * 4,
+        base=info.get("base"),
     )
     points: dict[str, Point] = {}
     for fig in figures_from_rows(rows):
@@ -207,6 +212,8 @@ def load_series(
             hardware=info["hardware_label"],
             protocol=info["protocol"],
             commits=[p.commit for p in order] + [own.commit],
+            base=info.get("base"),
+            own=own.commit,
         )
     )
     return Series(order, steps, cfg), own
@@ -389,10 +396,17 @@ def judge_run(
         record_judgement(db, Judgement(_verdict_row(info, verdict, msg), _case_rows(None, None, statuses)))
         return RunVerdict(run_id, verdict, msg, case_statuses=seen)
 
+    base = info.get("base")
+    chain = list(ancestry or [])
+    if base is not None and chain[1:2] != [base]:
+        raise StorageError(
+            f"judging {run_id}: a pull request's run is judged along its merge-base {base[:12]}'s line, got "
+            f"{chain[1][:12] if len(chain) > 1 else 'no ancestry'}"
+        )
     series, own = load_series(db, info, ancestry, cfg)
     step_id = f"{run_id[:16]}-step"  # one per run: a run judged again (its runner died) replaces its step
-    chain = list(ancestry or [])
-    parent = chain[1] if len(chain) > 1 and chain[0] == info["commit"] else None  # its git first parent
+    # its git first parent; for a pull request's run, its merge-base (the confirmation pairs the two)
+    parent = chain[1] if len(chain) > 1 and chain[0] == info["commit"] else None
 
     def on_suspect(screen: Screen, pending: Step) -> None:
         against = (pending.parent or "?")[:12]
@@ -404,7 +418,21 @@ def judge_run(
 
     runs = _confirm_runs(db, confirm) if confirm is not None else None
     screen, decision, noise = series.judge(own, runs, step_id=step_id, on_suspect=on_suspect, parent=parent)
+    if base is not None and decision.fixes:  # main's steps stay open until a change on main fixes them
+        decision = replace(
+            decision, fixes=[], message=decision.message.replace("; fixes the step(s)", "; would fix the step(s)")
+        )
     judgement = _judgement(info, run_id, screen, decision, statuses, noise)
+    if base is not None:  # a pull request's series never moves main's: no fixes, withdrawals, records or levels
+        record_judgement(db, judgement)
+        return RunVerdict(
+            run_id,
+            decision.verdict,
+            decision.message,
+            decision.step.step_id if decision.step else None,
+            earlier=decision.earlier,
+            case_statuses=seen,
+        )
     if judgement.step is not None and parent is not None:
         judgement.ancestors = chain[1:]
     record_judgement(db, judgement)

@@ -135,10 +135,12 @@ def test_the_json_report_round_trips(scenario: dict, capsys, monkeypatch: pytest
     assert {m.case for m in first.moved} == set(SLOW) and all(m.lo > 0 for m in first.moved)
 
 
-def test_a_base_is_named_and_said_not_built_yet(scenario: dict, capsys) -> None:
-    code, out, _ = _report(scenario, capsys, scenario["shas"][7], "--base", "main", "--dashboard-url", "http://h:1")
-    assert code == 0 and "base main was asked for" in out and "not built yet" in out
-    assert "(http://h:1/?commit=" in out
+def test_a_commit_on_the_base_s_own_line_is_reported_as_main_judged_it(scenario: dict, capsys) -> None:
+    """``--base main`` on a commit main holds: its merge-base is itself, so it is main's run (pull-request series:
+    tests/service/test_pull_requests.py)."""
+    code, out, _ = _report(scenario, capsys, scenario["shas"][8], "--base", "main", "--dashboard-url", "http://h:1")
+    assert code == 3 and "> against main: each commit is judged against the level of its merge-base" in out
+    assert "merge-base" not in out.split("\n", 3)[3] and "(http://h:1/?commit=" in out
 
 
 def test_a_commit_never_measured_says_so(scenario: dict, capsys) -> None:

@@ -107,12 +107,12 @@ def test_a_version_2_history_upgrades_and_loses_the_unused_flags_table(tmp_path,
     db = open_database(path)
     assert db.schema_version() == 2
     assert list(queries.runs(db)["run_id"]) == ["old"]  # a reader upgrades it; the runs stay
-    assert db.schema_version() == schema.CURRENT_VERSION == 4
+    assert db.schema_version() == schema.CURRENT_VERSION == 5
     with db.read() as conn:
         tables = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         sequences = {r[0] for r in conn.execute("SELECT sequence_name FROM duckdb_sequences()").fetchall()}
     assert TABLES <= tables and "flags" not in tables and "flags_seq" not in sequences
-    assert count(db, "solci_schema") == 4
+    assert count(db, "solci_schema") == 5
 
 
 def test_read_creates_missing_file(tmp_path):

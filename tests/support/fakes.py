@@ -7,15 +7,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ci.service.executors.base import Execution, MeasureOptions
-from tests.support.factories import make_result
+from tests.support.factories import default_median_us, make_result
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 class FakeExecutor:
-    """Returns what ``plan[commit]`` says: pass / slow / incorrect / error-case / build_failed / timed_out /
-    crashed / raise; GPU-labelled documents of the cases ``options.cases`` asks for (default two cases), so the
-    runner's confirmation (interleaved re-measurements of the commit and its parent) runs through it too."""
+    """Returns what ``plan[commit]`` says: pass / slow / slow:CASE,... (those cases 10 % slower) / incorrect /
+    error-case / build_failed / timed_out / crashed / raise; GPU-labelled documents of the cases
+    ``options.cases`` asks for (default two cases), so the runner's confirmation (interleaved re-measurements of
+    the commit and its parent) runs through it too."""
 
     name = "fake"
 
@@ -39,6 +40,9 @@ class FakeExecutor:
             return Execution("ok", make_result(**common), "measured", 1.0)
         if what == "slow":
             return Execution("ok", make_result(**common, scale=2.0), "measured", 1.0)
+        if what.startswith("slow:"):
+            slower = {c: default_median_us(c) * (1.1 if c in what[5:].split(",") else 1.0) for c in cases}
+            return Execution("ok", make_result(**common, medians=slower), "measured", 1.0)
         if what == "incorrect":
             return Execution("ok", make_result(**common, status={"B1_S256": "incorrect"}), "measured", 1.0)
         if what == "error-case":
