@@ -6,7 +6,7 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from ci.cli import bench, commands, doctor, fleet, read, up
+from ci.cli import bench, commands, comment, doctor, fleet, read, up
 from ci.harness import measure
 from ci.harness.args import dispatch
 
@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     up,  # solci dashboard / solci up (the main job)
     doctor,  # solci doctor
     fleet,  # solci migrate / compact / spool / fleet (several hosts, one lake)
+    comment,  # solci comment (a pull request's report as one comment, updated in place)
 )
 
 
