@@ -271,10 +271,11 @@ def _step_text(c: CommitReport) -> str | None:
 def _record_text(c: CommitReport) -> str | None:
     if c.level_us is None:
         return None
+    whose = "main's current level" if c.merge_base else "current level"  # a pull request's run moves no level
     if c.record_us is None:
-        return f"current level {c.level_us:.2f} µs; no project record yet"
+        return f"{whose} {c.level_us:.2f} µs; no project record yet"
     return (
-        f"current level {c.level_us:.2f} µs, {_pct(c.record_gap)} from the project record {c.record_us:.2f} µs "
+        f"{whose} {c.level_us:.2f} µs, {_pct(c.record_gap)} from the project record {c.record_us:.2f} µs "
         f"({c.record_standing})"
     )
 
