@@ -67,6 +67,12 @@ class GluonConfig:
     bk: int = 64
     schedule: str = "auto"
     host_desc: bool = False  # host Gluon TensorDescriptors instead of device-built ones
+    # v19: the epilogue written into the tile's last ring stage, held until its TMA stores have read it (no
+    # separate epilogue buffers: 32 KB freed, a 7th stage of 128x128 blocks fits)
+    epi_hold: bool = False
+    # v19: ping-pong: each consumer warpgroup runs whole tiles (every other tile of the program), so one
+    # warpgroup's epilogue overlaps the other's main loop (implies epi_hold)
+    pingpong: bool = False
 
     def kernel_config(self) -> KernelConfig:
         """The tile-language configuration with the same tiles: what ``plan_schedule`` reads."""
@@ -227,16 +233,27 @@ if GLUON_IMPORTED:
                         it += 1
 
     @gluon.jit
+    def _release_held(empty, prev, it):
+        """EPI_HOLD: the stage ``prev`` (the previous tile's last) held the epilogue; once its TMA stores have read
+        it, hand it back to the loader. Nothing is held before the first tile (it == 0)."""
+        if it > 0:
+            tma.store_wait(0)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(prev), count=1)
+
+    @gluon.jit
     def _consumer(
         WG: gl.constexpr,
         ga_out, gw_out,
-        a_ring, b_ring, ready, empty, epi,
+        a_ring, b_ring, ready, empty, epi, sync,
         M, S, n_ga_m, P_GA,
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
     ):  # fmt: skip
-        """Warpgroup WG (0 or 1): its half of every tile's MMAs, then its half of the epilogue."""
+        """Cooperative: warpgroup WG (0 or 1) runs its half of every tile's MMAs, then its half of the epilogue,
+        into its own buffer ``epi`` or (EPI_HOLD) into its part of the tile's last stage (WG 0 the A bytes, WG 1
+        the B bytes), which it hands back to the loader only after the next tile's first MMA is issued."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
@@ -248,9 +265,13 @@ if GLUON_IMPORTED:
         GW_WM: gl.constexpr = GW_BM // 2
         ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_WN)
         gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_BN)
-        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_WN], epi.layout)
-        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_BN], epi.layout)
+        if WG == 0:
+            hold_ring = a_ring
+        else:
+            hold_ring = b_ring
         it = 0
+        prev = 0
+        nt = 0  # tiles done (EPI_HOLD: the phase of the warpgroups' rendezvous before the epilogue)
         for phase in gl.static_range(2):
             if (phase == 0) == GA_FIRST:
                 for t in range(ga_lo, n_ga, ga_step):
@@ -258,7 +279,6 @@ if GLUON_IMPORTED:
                     off_m = am * GA_BM
                     off_n = an * GA_BN
                     acc = gl.zeros([GA_WM, GA_WN], gl.float32, ga_layout)
-                    prev = 0
                     for k in range(0, HID, BK):
                         s = it % STAGES
                         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -272,17 +292,27 @@ if GLUON_IMPORTED:
                         acc = warpgroup_mma_wait(1, deps=(acc,))
                         if k > 0:
                             mbarrier.arrive(empty.index(prev), count=1)
+                        elif EPI_HOLD:
+                            _release_held(empty, prev, it)
                         prev = s
                         it += 1
                     acc = warpgroup_mma_wait(0, deps=(acc,))
-                    mbarrier.arrive(empty.index(prev), count=1)
+                    if EPI_HOLD:
+                        # both warpgroups' MMAs on the stage are done before either writes into it
+                        mbarrier.arrive(sync.index(0), count=1)
+                        mbarrier.wait(sync.index(0), nt & 1)
+                        epi_ga = hold_ring.index(prev)._reinterpret(dtype, [GA_WM, GA_WN], hold_ring.layout)
+                    else:
+                        mbarrier.arrive(empty.index(prev), count=1)
+                        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_WN], epi.layout)
+                        tma.store_wait(0)  # the previous tile's store has left the buffer
+                        gl.thread_barrier()
+                    nt += 1
                     # Epilogue: this warpgroup's rows r0.. of the tile, columns c0.. (whole heads of HD columns).
                     r0 = off_m + WG * GA_WM * GA_SPLIT_M
                     c0 = off_n + WG * GA_WN * (1 - GA_SPLIT_M)
                     b0 = r0 // S
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
-                    tma.store_wait(0)  # the previous tile's store has left the buffer
-                    gl.thread_barrier()
                     epi_ga.store(acc.to(dtype))
                     fence_async_shared()
                     gl.thread_barrier()
@@ -295,7 +325,6 @@ if GLUON_IMPORTED:
                     off_o = wm * GW_BM
                     off_i = wn * GW_BN
                     acc = gl.zeros([GW_WM, GW_BN], gl.float32, gw_layout)
-                    prev = 0
                     for k in range(0, M, BK):
                         s = it % STAGES
                         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -306,12 +335,21 @@ if GLUON_IMPORTED:
                         acc = warpgroup_mma_wait(1, deps=(acc,))
                         if k > 0:
                             mbarrier.arrive(empty.index(prev), count=1)
+                        elif EPI_HOLD:
+                            _release_held(empty, prev, it)
                         prev = s
                         it += 1
                     acc = warpgroup_mma_wait(0, deps=(acc,))
-                    mbarrier.arrive(empty.index(prev), count=1)
-                    tma.store_wait(0)
-                    gl.thread_barrier()
+                    if EPI_HOLD:
+                        mbarrier.arrive(sync.index(0), count=1)
+                        mbarrier.wait(sync.index(0), nt & 1)
+                        epi_gw = hold_ring.index(prev)._reinterpret(dtype, [GW_WM, GW_BN], hold_ring.layout)
+                    else:
+                        mbarrier.arrive(empty.index(prev), count=1)
+                        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_BN], epi.layout)
+                        tma.store_wait(0)
+                        gl.thread_barrier()
+                    nt += 1
                     epi_gw.store(acc.to(dtype))
                     fence_async_shared()
                     gl.thread_barrier()
@@ -322,95 +360,172 @@ if GLUON_IMPORTED:
         tma.store_wait(0)
 
     @gluon.jit
-    def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
-                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
-                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):  # fmt: skip
-        _consumer(
-            0,
-            ga_out,
-            gw_out,
-            a_ring,
-            b_ring,
-            ready,
-            empty,
-            epi0,
-            M,
-            S,
-            n_ga_m,
-            P_GA,
-            GA_FIRST,
-            HID,
-            NH,
-            HD,
-            GA_BM,
-            GA_BN,
-            GW_BM,
-            GW_BN,
-            BK,
-            STAGES,
-            GROUP,
-        )
+    def _consumer_pp(
+        WG: gl.constexpr,
+        ga_out, gw_out,
+        a_ring, b_ring, ready, empty, sync,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """Ping-pong: warpgroup WG runs the program's tiles WG, WG + 2, ... whole (128 rows as two 64-row
+        accumulators), skipping the other warpgroup's stages in the ring; while it writes a tile's epilogue (into
+        the tile's last stage, released once its TMA stores have read it), the other warpgroup runs the next
+        tile's main loop.
+
+        The turns are ordered (``sync[1 + w]`` completes a phase when warpgroup w has waited for every stage of its
+        tile): a warpgroup waits for the other's previous main loop before it waits on its own first stage. Without
+        that, a warpgroup that skipped ahead in the ring could take a stage's earlier fill (the same mbarrier
+        parity two fills back) for its own."""
+        ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        n_ga_n: gl.constexpr = HID // GA_BN
+        n_gw_n: gl.constexpr = HID // GW_BN
+        dtype: gl.constexpr = ga_out.dtype
+        GA_TWO: gl.constexpr = GA_BM == 128  # a 128-row grad_attn tile: two accumulators of 64 rows
+        ga_layout: gl.constexpr = _wgmma_layout(64, GA_BN)
+        gw_layout: gl.constexpr = _wgmma_layout(64, GW_BN)
+        ga_steps: gl.constexpr = HID // BK
+        gw_steps = gl.cdiv(M, BK)
+        it = 0
+        nt = 0  # the program's tiles seen (this warpgroup's are those with nt % 2 == WG)
+        for phase in gl.static_range(2):
+            if (phase == 0) == GA_FIRST:
+                for t in range(ga_lo, n_ga, ga_step):
+                    if nt % 2 == WG:
+                        if nt > 0:  # the other warpgroup's main loop of the program's previous tile has passed
+                            mbarrier.wait(sync.index(2 - WG), ((nt - 1) // 2) & 1)
+                        am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
+                        off_m = am * GA_BM
+                        off_n = an * GA_BN
+                        acc0 = gl.zeros([64, GA_BN], gl.float32, ga_layout)
+                        acc1 = gl.zeros([64, GA_BN], gl.float32, ga_layout)
+                        prev = 0
+                        for k in range(0, HID, BK):
+                            s = it % STAGES
+                            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
+                            b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
+                            if GA_TWO:
+                                acc0 = warpgroup_mma(a.slice(0, 64, dim=0), b, acc0, is_async=True)
+                                acc1 = warpgroup_mma(a.slice(64, 64, dim=0), b, acc1, is_async=True)
+                                acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))
+                            else:
+                                acc0 = warpgroup_mma(a, b, acc0, is_async=True)
+                                acc0 = warpgroup_mma_wait(1, deps=(acc0,))
+                            if k > 0:
+                                mbarrier.arrive(empty.index(prev), count=1)
+                            prev = s
+                            it += 1
+                        mbarrier.arrive(sync.index(1 + WG), count=1)  # the other warpgroup's turn
+                        if GA_TWO:
+                            acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+                        else:
+                            acc0 = warpgroup_mma_wait(0, deps=(acc0,))
+                        # the epilogue in the tile's last stage: rows 0-63 in its A bytes, 64-127 in its B bytes
+                        e0 = a_ring.index(prev)._reinterpret(dtype, [64, GA_BN], a_ring.layout)
+                        e0.store(acc0.to(dtype))
+                        if GA_TWO:
+                            e1 = b_ring.index(prev)._reinterpret(dtype, [64, GA_BN], b_ring.layout)
+                            e1.store(acc1.to(dtype))
+                        fence_async_shared()
+                        gl.thread_barrier()
+                        b0 = off_m // S
+                        row0 = b0 * (NH - 1) * S + off_m  # (b*NH)*S + s = b*(NH-1)*S + m
+                        for j in gl.static_range(GA_BN // HD):
+                            h = off_n // HD + j
+                            tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], e0.slice(j * HD, HD, dim=1))
+                            if GA_TWO:
+                                tma.async_copy_shared_to_global(
+                                    ga_out, [row0 + h * S + 64, 0], e1.slice(j * HD, HD, dim=1)
+                                )
+                        _release_held(empty, prev, 1)
+                    else:
+                        it += ga_steps
+                    nt += 1
+            else:
+                for t in range(gw_lo, n_gw, gw_step):
+                    if nt % 2 == WG:
+                        if nt > 0:
+                            mbarrier.wait(sync.index(2 - WG), ((nt - 1) // 2) & 1)
+                        wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
+                        off_o = wm * GW_BM
+                        off_i = wn * GW_BN
+                        acc0 = gl.zeros([64, GW_BN], gl.float32, gw_layout)
+                        acc1 = gl.zeros([64, GW_BN], gl.float32, gw_layout)
+                        prev = 0
+                        for k in range(0, M, BK):
+                            s = it % STAGES
+                            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                            a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
+                            b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
+                            acc0 = warpgroup_mma(a.slice(0, 64, dim=1).permute((1, 0)), b, acc0, is_async=True)
+                            acc1 = warpgroup_mma(a.slice(64, 64, dim=1).permute((1, 0)), b, acc1, is_async=True)
+                            acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))
+                            if k > 0:
+                                mbarrier.arrive(empty.index(prev), count=1)
+                            prev = s
+                            it += 1
+                        mbarrier.arrive(sync.index(1 + WG), count=1)
+                        acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+                        e0 = a_ring.index(prev)._reinterpret(dtype, [64, GW_BN], a_ring.layout)
+                        e1 = b_ring.index(prev)._reinterpret(dtype, [64, GW_BN], b_ring.layout)
+                        e0.store(acc0.to(dtype))
+                        e1.store(acc1.to(dtype))
+                        fence_async_shared()
+                        gl.thread_barrier()
+                        for j in gl.static_range(GW_BN // 64):
+                            tma.async_copy_shared_to_global(
+                                gw_out, [off_o, off_i + j * 64], e0.slice(j * 64, 64, dim=1)
+                            )
+                            tma.async_copy_shared_to_global(
+                                gw_out, [off_o + 64, off_i + j * 64], e1.slice(j * 64, 64, dim=1)
+                            )
+                        _release_held(empty, prev, 1)
+                    else:
+                        it += gw_steps
+                    nt += 1
+        tma.store_wait(0)
 
     @gluon.jit
-    def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
-                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
-                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):  # fmt: skip
-        _consumer(
-            1,
-            ga_out,
-            gw_out,
-            a_ring,
-            b_ring,
-            ready,
-            empty,
-            epi1,
-            M,
-            S,
-            n_ga_m,
-            P_GA,
-            GA_FIRST,
-            HID,
-            NH,
-            HD,
-            GA_BM,
-            GA_BN,
-            GW_BM,
-            GW_BN,
-            BK,
-            STAGES,
-            GROUP,
-        )
+    def _consumer_part(WG: gl.constexpr, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA,
+                       GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                       GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                       BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
+                       PINGPONG: gl.constexpr):  # fmt: skip
+        if PINGPONG:
+            _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
+                         NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
+        else:
+            _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
+                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD)  # fmt: skip
 
     @gluon.jit
-    def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, M, S, n_ga_m, P_GA,
+    def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
+                   PINGPONG: gl.constexpr):  # fmt: skip
+        _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
+                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG)  # fmt: skip
+
+    @gluon.jit
+    def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                   GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                   GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                   BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
+                   PINGPONG: gl.constexpr):  # fmt: skip
+        _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
+                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG)  # fmt: skip
+
+    @gluon.jit
+    def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                      GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-                     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                     go_a, w_b, go_t, x_b):  # fmt: skip
-        _loader(
-            go_a,
-            w_b,
-            go_t,
-            x_b,
-            a_ring,
-            b_ring,
-            ready,
-            empty,
-            M,
-            n_ga_m,
-            P_GA,
-            GA_FIRST,
-            HID,
-            GA_BM,
-            GA_BN,
-            GW_BM,
-            GW_BN,
-            BK,
-            STAGES,
-            GROUP,
-        )
+                     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
+                     PINGPONG: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
+        _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
+                GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -419,6 +534,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = False,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -431,7 +547,7 @@ if GLUON_IMPORTED:
         ga_out = tma.make_tensor_descriptor(ga_ptr, [M * NH, HD], [HD, 1], [GA_WM, HD], lay)
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -440,11 +556,12 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = False,
     ):  # fmt: skip
-        """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): measured in v18, not
-        replayable by the CI (its signature types name the shared layout)."""
+        """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
+        CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -453,6 +570,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+        EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -463,111 +581,47 @@ if GLUON_IMPORTED:
         B_COLS: gl.constexpr = GW_BN if GW_BN >= GA_BN else GA_BN
         a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, A_COLS], go_t.layout)
         b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
-        # One epilogue buffer per warpgroup: 64 rows by the wider of its two kinds of half-tile.
         GA_WN: gl.constexpr = GA_BN if GA_BM >= 128 else GA_BN // 2
         EPI_COLS: gl.constexpr = GW_BN if GW_BN >= GA_WN else GA_WN
-        epi0 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
-        epi1 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
+        HOLD: gl.constexpr = EPI_HOLD or PINGPONG
+        if HOLD:
+            # the epilogue goes into a held ring stage: 64 rows of up to A_COLS (B_COLS) columns per part
+            gl.static_assert(BK == 64 and EPI_COLS <= A_COLS and EPI_COLS <= B_COLS, "an epilogue part fits a stage")
+            gl.static_assert(GA_BN <= A_COLS and GA_BN <= B_COLS, "a ping-pong grad_attn half fits a stage part")
+            epi0 = a_ring
+            epi1 = b_ring
+        else:
+            # one epilogue buffer per warpgroup: 64 rows by the wider of its two kinds of half-tile
+            epi0 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
+            epi1 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
+        CONSUMERS: gl.constexpr = 1 if PINGPONG else 2  # warpgroups that read (and release) each stage
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns
+        sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=2)  # released by both consumer warpgroups
-            mbarrier.arrive(empty.index(i), count=2)  # every stage starts empty (phase 0 completed)
+            mbarrier.init(empty.index(i), count=CONSUMERS)
+            mbarrier.arrive(empty.index(i), count=CONSUMERS)  # every stage starts empty (phase 0 completed)
+        mbarrier.init(sync.index(0), count=2)
+        mbarrier.init(sync.index(1), count=1)
+        mbarrier.init(sync.index(2), count=1)
+        # (the argument tuples are written out: a tuple held in a variable loses its constexprs)
         gl.warp_specialize(
             [
-                (
-                    _consumer0,
-                    (
-                        ga_out,
-                        gw_out,
-                        a_ring,
-                        b_ring,
-                        ready,
-                        empty,
-                        epi0,
-                        epi1,
-                        M,
-                        S,
-                        n_ga_m,
-                        P_GA,
-                        GA_FIRST,
-                        HID,
-                        NH,
-                        HD,
-                        GA_BM,
-                        GA_BN,
-                        GW_BM,
-                        GW_BN,
-                        BK,
-                        STAGES,
-                        GROUP,
-                    ),
-                ),
-                (
-                    _consumer1,
-                    (
-                        ga_out,
-                        gw_out,
-                        a_ring,
-                        b_ring,
-                        ready,
-                        empty,
-                        epi0,
-                        epi1,
-                        M,
-                        S,
-                        n_ga_m,
-                        P_GA,
-                        GA_FIRST,
-                        HID,
-                        NH,
-                        HD,
-                        GA_BM,
-                        GA_BN,
-                        GW_BM,
-                        GW_BN,
-                        BK,
-                        STAGES,
-                        GROUP,
-                    ),
-                ),
-                (
-                    _loader_part,
-                    (
-                        ga_out,
-                        gw_out,
-                        a_ring,
-                        b_ring,
-                        ready,
-                        empty,
-                        epi0,
-                        epi1,
-                        M,
-                        S,
-                        n_ga_m,
-                        P_GA,
-                        GA_FIRST,
-                        HID,
-                        NH,
-                        HD,
-                        GA_BM,
-                        GA_BN,
-                        GW_BM,
-                        GW_BN,
-                        BK,
-                        STAGES,
-                        GROUP,
-                        go_a,
-                        w_b,
-                        go_t,
-                        x_b,
-                    ),
-                ),
+                (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                              GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                              PINGPONG)),
+                (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                              GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                              PINGPONG)),
+                (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                                GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                                PINGPONG, go_a, w_b, go_t, x_b)),
             ],
             [4, 1],
             [232, LOADER_REGS],
-        )
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ launcher
@@ -610,6 +664,8 @@ def launch_arguments(
         "STAGES": cfg.stages,
         "GROUP": cfg.group,
         "LOADER_REGS": cfg.loader_regs,
+        "EPI_HOLD": cfg.epi_hold,
+        "PINGPONG": cfg.pingpong,
     }
     return args, constexprs
 

@@ -1,0 +1,301 @@
+"""On the H200 (issue 21, v19): the epilogue-in-a-held-stage and ping-pong variants of the Gluon kernel beside v18,
+the tile-language kernel (v17) and the two cuBLAS matmuls, in one process, one table.
+
+Usage (GPU host, repository root): PYTHONPATH=. python scripts/bench_gluon_v19.py [--out DIR] [--budget-s 330]
+
+1. every (variant, shape) is first run in worker processes (spawned, several at once on the one GPU): that compiles
+   it into Triton's on-disk cache, and each worker then runs the harness's correctness loop
+   (problem.correctness.check_rounds: NaN-poisoned outputs, the benchmark's tolerance) and a bit-for-bit repeat on its
+   variant's shapes, off-grid ones included. A variant whose worker does not answer in time (a hang: a wrong mbarrier
+   phase waits forever) is killed with its process and reported, not timed;
+2. the timing protocol of ``solci bench`` (ci.harness.timing: CUPTI span, cold L2, fresh inputs per iteration), in
+   the main process once the workers are gone: per shape the two cuBLAS matmuls, the tile-language kernel with its
+   table's config, v18 (the table's Gluon entry), each correct variant, v18 again (the drift within the run);
+3. a summary: per M bucket the fastest correct variant and, over the 16 cases, the geometric mean of v18 and of the
+   per-bucket best, each against cuBLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, replace
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--only", nargs="*", help="variant names")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--check-timeout-s", type=float, default=120.0, help="per variant's worker process")
+    ap.add_argument("--budget-s", type=float, default=330.0, help="stop timing new shapes after this many seconds")
+    ap.add_argument("--list", action="store_true", help="print the variants and shapes, run nothing")
+    return ap.parse_args(argv)
+
+
+# Shapes (B, S). Timed: one case per M of the 16 (M = 1024 and 2048 repeat with other (B, S) in the workload), and
+# one of each large M for the exploratory large-M entries. Checked: the timed ones and off-grid ones per bucket.
+TIMED = [(1, 256), (4, 128), (1, 1024), (8, 128), (2, 1024), (16, 128), (4, 1024), (2, 4096)]
+CHECKED = [*TIMED, (1, 64), (1, 128), (3, 64), (1, 512), (3, 128), (7, 128), (6, 128), (2, 384), (12, 128), (1, 2048)]
+CHECKED += [(24, 128), (48, 128)]
+# how many of the 16 workload cases have each M (for the geometric mean over the 16)
+CASES_PER_M = {256: 1, 512: 1, 1024: 3, 2048: 4, 4096: 3, 8192: 4}
+LO = {256: 0, 512: 256, 1024: 512, 2048: 1024, 4096: 2048, 8192: 4096}
+
+
+def variants() -> dict[str, tuple[int, object]]:
+    from kernel import gluon_backward as gb
+
+    base = {m: cfg for m, (cfg, _) in gb.GLUON_TABLE.items()}
+    big = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True)
+    out: dict[str, tuple[int, object]] = {}
+    for m, cfg in base.items():
+        out[f"v18_{m}"] = (m, cfg)
+        out[f"hold7_{m}"] = (m, replace(cfg, epi_hold=True, stages=7))
+        out[f"pp6_{m}"] = (m, replace(cfg, pingpong=True, stages=6))
+        out[f"pp7_{m}"] = (m, replace(cfg, pingpong=True, stages=7))
+    out["pp7g8_1024"] = (1024, replace(base[1024], pingpong=True, stages=7, group=8))
+    out["pp7g8_2048"] = (2048, replace(base[2048], pingpong=True, stages=7, group=8))
+    out["pp7ga128_256"] = (256, replace(base[256], ga_bm=128, pingpong=True, stages=7))
+    for m in (4096, 8192):
+        out[f"hold7_{m}"] = (m, replace(big, epi_hold=True, stages=7))
+        out[f"pp7_{m}"] = (m, replace(big, pingpong=True, stages=7))
+    return out
+
+
+def applies(bucket: int, cfg, b: int, s: int) -> bool:
+    m = b * s
+    return LO[bucket] < m <= bucket and s % cfg.ga_bm == 0 and m % cfg.ga_bm == 0
+
+
+def gluon_fn(cfg):
+    import torch
+
+    from kernel import gluon_backward as gb
+    from problem.workload import HEAD_DIM, NUM_HEADS
+
+    def fn(go, x, w, out=None):
+        b, s = go.shape[0], go.shape[1]
+        if out is None:
+            ga = torch.empty((b, NUM_HEADS, s, HEAD_DIM), dtype=go.dtype, device=go.device)
+            gw = torch.empty((w.shape[0], w.shape[1]), dtype=go.dtype, device=go.device)
+        else:
+            ga, gw = out
+        gb.launch(go.reshape(-1, go.shape[-1]), w, x.reshape(-1, x.shape[-1]), gw, ga, s, cfg)
+        return ga, gw
+
+    return fn
+
+
+def _finish_or_exit(deadline_s: float, what: str) -> None:
+    """Wait for the GPU's work so far, but not forever: a kernel that waits on a wrong mbarrier phase never ends
+    and holds its SMs; leaving the process ends it (the driver tears the context down)."""
+    import os
+
+    import torch
+
+    ev = torch.cuda.Event()
+    ev.record()
+    end = time.monotonic() + deadline_s
+    while not ev.query():
+        if time.monotonic() > end:
+            print(f"HANG {what}: not finished after {deadline_s:.0f} s, leaving", flush=True)
+            os._exit(3)
+        time.sleep(0.01)
+
+
+def check_worker(name: str, bucket: int, cfg, shapes: list[tuple[int, int]], result: str) -> None:
+    """In a spawned process: compile, check and repeat one variant on its shapes (or warm the tile-language
+    kernel: name 'triton'); the lines go to the file ``result``."""
+    import torch
+
+    from problem.correctness import check_rounds
+    from problem.reference import make_inputs
+
+    dev = torch.device("cuda")
+    lines = []
+    if name == "triton":
+        import functools
+
+        from kernel.backward import attn_output_proj_backward, kernel_config
+
+        for b, s in shapes:
+            g, x, w = make_inputs(b, s, dev)
+            functools.partial(attn_output_proj_backward, config=kernel_config(b * s, dev))(g, x, w)
+            torch.cuda.synchronize()
+            lines.append(f"triton ({b},{s}) warmed")
+        Path(result).write_text(json.dumps(lines))
+        return
+    fn = gluon_fn(cfg)
+    for b, s in shapes:
+        m = b * s
+        try:
+            g, x, w = make_inputs(b, s, dev, generator=torch.Generator(device=dev).manual_seed(5))
+            fn(g, x, w)  # compiles (host), then runs: a hang ends the process here
+            _finish_or_exit(20.0, f"{name} ({b},{s})")
+            res = check_rounds(fn, b, s, dev, rounds=2, seed=17 + m)
+            ga, gw = res.outputs.get("grad_attn_output", {}), res.outputs.get("grad_weight", {})
+            r1 = [t.clone() for t in fn(g, x, w)]
+            r2 = [t.clone() for t in fn(g, x, w)]
+            same = all(torch.equal(p.view(torch.int16), q.view(torch.int16)) for p, q in zip(r1, r2, strict=True))
+            ok = bool(res.ok) and same
+            lines.append(
+                f"{'ok' if ok else 'FAIL'} {name:<14} ({b},{s}) M={m}: {'ok' if res.ok else 'FAIL ' + str(res.reason)} "
+                f"ga {ga.get('match_fraction', 0):.4f}/{ga.get('max_abs_err', 0):.2e} "
+                f"gw {gw.get('match_fraction', 0):.4f}/{gw.get('max_abs_err', 0):.2e} bitwise-repeatable {same}"
+            )
+        except Exception as e:  # a variant that breaks must not stop the others
+            lines.append(f"FAIL {name:<14} ({b},{s}) M={m}: ERROR {type(e).__name__}: {str(e)[-300:]}")
+            traceback.print_exc()
+        Path(result).write_text(json.dumps(lines))
+
+
+def run_checks(tasks: list[tuple], workers: int, timeout_s: float, tmp: Path) -> dict[str, list[str]]:
+    """Each task (name, bucket, cfg, shapes) in its own spawned process, ``workers`` at a time; a process past
+    ``timeout_s`` is killed. Returns the lines per name (a missing or short file says what did not finish)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = list(tasks)
+    running: dict[str, tuple] = {}
+    results: dict[str, list[str]] = {}
+    while queue or running:
+        while queue and len(running) < workers:
+            name, bucket, cfg, shapes = queue.pop(0)
+            path = tmp / f"{name}.json"
+            proc = ctx.Process(target=check_worker, args=(name, bucket, cfg, shapes, str(path)))
+            proc.start()
+            running[name] = (proc, time.monotonic(), path, len(shapes))
+        for name, (proc, started, path, n) in list(running.items()):
+            late = time.monotonic() - started > timeout_s
+            if proc.is_alive() and not late:
+                continue
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            lines = json.loads(path.read_text()) if path.exists() else []
+            if len(lines) < n:
+                why = "killed after the timeout" if late else f"process ended (exit code {proc.exitcode})"
+                lines.append(f"FAIL {name}: {n - len(lines)} shape(s) unfinished, {why}")
+            results[name] = lines
+            del running[name]
+        time.sleep(0.2)
+    return results
+
+
+def main() -> int:
+    args = parse_args()
+    allv = variants()
+    names = args.only or list(allv)
+    if args.list:
+        for n in names:
+            bucket, cfg = allv[n]
+            print(n, bucket, [bs for bs in CHECKED if applies(bucket, cfg, *bs)], asdict(cfg))
+        return 0
+    t0 = time.monotonic()
+    out = Path(args.out)
+    log: dict = {"check": {}, "timing": {}, "variants": {n: asdict(allv[n][1]) for n in names}}
+    # ---- 1: compile, check and repeat in worker processes
+    import tempfile
+
+    tasks = [("triton", 0, None, TIMED)]
+    for n in names:
+        bucket, cfg = allv[n]
+        tasks.append((n, bucket, cfg, [bs for bs in CHECKED if applies(bucket, cfg, *bs)]))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = run_checks(tasks, args.workers, args.check_timeout_s, Path(tmp))
+    ok: set[str] = set()
+    for n, lines in results.items():
+        for ln in lines:
+            print(ln, flush=True)
+        log["check"][n] = lines
+        if n != "triton" and lines and all(ln.startswith("ok ") for ln in lines):
+            ok.add(n)
+    print(f"checks done in {time.monotonic() - t0:.0f} s; correct and repeatable: {sorted(ok)}", flush=True)
+
+    # ---- 2: timing, CUPTI span (the primary protocol of solci bench)
+    import functools
+
+    import torch
+
+    from ci.harness.timing import Timer, make_protocols
+    from kernel.backward import attn_output_proj_backward, kernel_config
+    from problem.reference import timing_sets, two_matmuls
+
+    dev = torch.device("cuda")
+    print(f"GPU {torch.cuda.get_device_name(dev)} torch {torch.__version__}", flush=True)
+    timer = Timer(dev, l2_bytes=torch.cuda.get_device_properties(dev).L2_cache_size)
+    proto = make_protocols("gpu", rounds=1, warmup=args.warmup, iters=args.iters)[0]
+    print(f"\ntiming protocol {proto.name} ({proto.timer}); us, (x cuBLAS)", flush=True)
+
+    def t(fn, b: int, s: int, with_out: bool) -> float:
+        make = timing_sets(b, s, dev, seed=0)
+        return statistics.median(timer.run(proto, fn, lambda: make(with_out)).samples_us)
+
+    rows: dict[tuple[int, int], dict[str, float]] = {}
+    for b, s in TIMED:
+        if time.monotonic() - t0 > args.budget_s:
+            print(f"({b},{s}): skipped, past the time budget", flush=True)
+            continue
+        m = b * s
+        row = {"cublas": t(two_matmuls, b, s, False)}
+        row["triton"] = t(functools.partial(attn_output_proj_backward, config=kernel_config(m, dev)), b, s, True)
+        here = [n for n in names if n in ok and applies(allv[n][0], allv[n][1], b, s)]
+        for n in here:
+            row[n] = t(gluon_fn(allv[n][1]), b, s, True)
+        v18 = [n for n in here if n.startswith("v18_")]
+        if v18:
+            row[v18[0] + "_again"] = t(gluon_fn(allv[v18[0]][1]), b, s, True)
+        rows[(b, s)] = row
+        cb = row["cublas"]
+        print(
+            f"({b},{s}) M={m}: cuBLAS {cb:.1f} | " + "; ".join(f"{k} {v:.1f} ({v / cb:.3f})" for k, v in row.items()),
+            flush=True,
+        )
+        log["timing"][f"({b},{s})"] = row
+    (out / "bench_gluon_v19.json").write_text(json.dumps(log, indent=1))
+
+    # ---- 3: summary
+    print("\n| shape | M | cuBLAS | v17 (tile) | v18 | best variant | best | best/cuBLAS | v18/cuBLAS | best/v18 |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    logs = {"cublas": 0.0, "v18": 0.0, "best": 0.0, "n": 0}
+    for (b, s), row in rows.items():
+        m = b * s
+        cand = {k: v for k, v in row.items() if k not in ("cublas", "triton") and not k.endswith("_again")}
+        v18 = min([v for k, v in row.items() if k.startswith("v18_")] or [row["triton"]])
+        best_k, best = min(cand.items(), key=lambda kv: kv[1]) if cand else ("triton", row["triton"])
+        if row["triton"] < best:
+            best_k, best = "triton", row["triton"]
+        base = v18 if m <= 2048 else row["triton"]  # what runs today at this M
+        cb = row["cublas"]
+        print(
+            f"| ({b},{s}) | {m} | {cb:.1f} | {row['triton']:.1f} | {base:.1f} | {best_k} | {best:.1f} | "
+            f"{best / cb:.3f} | {base / cb:.3f} | {best / base:.3f} |"
+        )
+        w = CASES_PER_M.get(m, 0)
+        logs["cublas"] += w * math.log(cb)
+        logs["v18"] += w * math.log(base)
+        logs["best"] += w * math.log(best)
+        logs["n"] += w
+    if logs["n"]:
+        n = logs["n"]
+        g = {k: math.exp(logs[k] / n) for k in ("cublas", "v18", "best")}
+        print(
+            f"\nweighted over the {n} cases (one timed shape per M stands for its cases): cuBLAS {g['cublas']:.1f} us, "
+            f"today {g['v18']:.1f} ({g['v18'] / g['cublas']:.3f}x), per-bucket best {g['best']:.1f} "
+            f"({g['best'] / g['cublas']:.3f}x)"
+        )
+    print(f"total {time.monotonic() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
