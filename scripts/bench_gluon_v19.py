@@ -38,6 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--check-timeout-s", type=float, default=120.0, help="per variant's worker process")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop timing new shapes after this many seconds")
     ap.add_argument("--list", action="store_true", help="print the variants and shapes, run nothing")
+    ap.add_argument(
+        "--select",
+        help="write here, per M bucket <= 2048, the variant to put in GLUON_TABLE: the fastest correct one if it beats "
+        "v18 (the faster of its two timings per shape) by MARGIN over the bucket's timed shapes, else v18",
+    )
+    ap.add_argument("--margin", type=float, default=0.015)
     return ap.parse_args(argv)
 
 
@@ -191,6 +197,38 @@ def run_checks(tasks: list[tuple], workers: int, timeout_s: float, tmp: Path) ->
     return results
 
 
+def select(rows: dict, candidates: dict[str, tuple[int, object]], margin: float) -> dict[str, dict]:
+    """Per bucket <= 2048 with a correct v18 timing: the candidate with the smallest geometric mean over the
+    bucket's timed shapes (timed on all of them), kept only if below (1 - margin) x v18's (each shape's v18 the
+    faster of its two timings)."""
+    out: dict[str, dict] = {}
+    for bucket in (256, 512, 1024, 2048):
+        shapes = [bs for bs in rows if LO[bucket] < bs[0] * bs[1] <= bucket]
+        v18 = f"v18_{bucket}"
+        if not shapes or v18 not in candidates or any(v18 not in rows[bs] for bs in shapes):
+            continue
+
+        def gmean(values: list[float]) -> float:
+            return math.exp(sum(math.log(v) for v in values) / len(values))
+
+        base = gmean([min(rows[bs][v18], rows[bs].get(v18 + "_again", rows[bs][v18])) for bs in shapes])
+        best, best_t = v18, base
+        for n, (b, _) in candidates.items():
+            if b == bucket and n != v18 and all(n in rows[bs] for bs in shapes):
+                tn = gmean([rows[bs][n] for bs in shapes])
+                if tn < best_t:
+                    best, best_t = n, tn
+        if best != v18 and best_t > base * (1 - margin):
+            best, best_t = v18, base
+        out[str(bucket)] = {
+            "name": best,
+            "config": asdict(candidates[best][1]),
+            "ratio_to_v18": best_t / base,
+            "shapes": [f"({b},{s})" for b, s in shapes],
+        }
+    return out
+
+
 def main() -> int:
     args = parse_args()
     allv = variants()
@@ -293,6 +331,11 @@ def main() -> int:
             f"today {g['v18']:.1f} ({g['v18'] / g['cublas']:.3f}x), per-bucket best {g['best']:.1f} "
             f"({g['best'] / g['cublas']:.3f}x)"
         )
+    if args.select:
+        sel = select(rows, {n: allv[n] for n in names if n in ok}, args.margin)
+        Path(args.select).write_text(json.dumps(sel, indent=1))
+        for bucket, e in sel.items():
+            print(f"select {bucket}: {e['name']} (x{e['ratio_to_v18']:.3f} v18 over {e['shapes']})", flush=True)
     print(f"total {time.monotonic() - t0:.0f} s", flush=True)
     return 0
 

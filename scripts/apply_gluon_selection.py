@@ -1,0 +1,54 @@
+"""Write a selection of Gluon configurations (``scripts/bench_gluon_v19.py --select FILE``) into ``GLUON_TABLE``
+of kernel/gluon_backward.py, one entry line per selected M bucket (enabled), the other lines untouched.
+
+Usage: python scripts/apply_gluon_selection.py FILE [--table kernel/gluon_backward.py] [--dry-run]
+The same file gives the same text wherever it runs, so the code tested on the GPU after a selection (the device
+copy) and the code committed (here) are the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+DEFAULTS = {"stages": 3, "group": 4, "loader_regs": 40, "bk": 64, "schedule": "auto", "host_desc": False}
+DEFAULTS.update({"epi_hold": False, "pingpong": False})
+ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong")
+
+
+def entry_line(bucket: int, cfg: dict) -> str:
+    args = [str(cfg[k]) for k in ("ga_bm", "ga_bn", "gw_bm", "gw_bn")]
+    args += [f"{k}={cfg[k]!r}" for k in ORDER if k in cfg and cfg[k] != DEFAULTS[k]]
+    return f"    {bucket}: (GluonConfig({', '.join(args)}), True),"
+
+
+def apply(text: str, selection: dict) -> str:
+    for bucket, entry in sorted(selection.items(), key=lambda kv: int(kv[0])):
+        pattern = re.compile(rf"^    {int(bucket)}: \(GluonConfig\(.*\), (True|False)\),$", re.M)
+        if len(pattern.findall(text)) != 1:
+            raise SystemExit(f"GLUON_TABLE: no single entry line for bucket {bucket}")
+        text = pattern.sub(entry_line(int(bucket), entry["config"]), text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("selection")
+    ap.add_argument("--table", default="kernel/gluon_backward.py")
+    ap.add_argument("--dry-run", action="store_true", help="print the entry lines, change nothing")
+    args = ap.parse_args(argv)
+    selection = json.loads(Path(args.selection).read_text())
+    path = Path(args.table)
+    new = apply(path.read_text(), selection)
+    for bucket, entry in sorted(selection.items(), key=lambda kv: int(kv[0])):
+        print(f"{entry['name']}: {entry_line(int(bucket), entry['config']).strip()}")
+    if not args.dry_run:
+        path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
