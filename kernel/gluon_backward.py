@@ -80,17 +80,17 @@ class GluonConfig:
 
 
 # The selection table: M bucket -> (Gluon configuration, enabled). An entry may be enabled only where it was measured
-# faster than the tile-language kernel AND correct (and bit-for-bit repeatable) on the H200, and only with device-built
-# descriptors (``host_desc`` False): the CI replays recorded launches (docs/replay.md), and its plan contract
-# (ci/harness/plan.py) refuses the signature types of Gluon host descriptors, which name their shared layout.
-# Measured (kernel/NOTES.md, v18): with host descriptors these entries are 4-15 % faster than the tile-language kernel
-# at M <= 2048, side by side (docs/h200/gluon_run_b.log; the 16 cases: gluon_bench_run_c.log); with device-built
-# descriptors slower than it (gluon_bench_run_d_device_desc.log: 1.01-1.08x cuBLAS where it is 0.89-0.97x). So every
-# entry is disabled; tests/kernel/test_gluon.py still compiles them (both entry points).
-# 128x128 grad_weight tiles (half the bytes of a 128x256 stage) let 6 stages fit beside the two epilogue buffers;
-# the depth is what made the difference (M = 256: 3 stages of 128x256 18.6 us, 5 of 128x128 13.0, 6 of them 11.8).
+# faster than the tile-language kernel AND correct (and bit-for-bit repeatable) on the H200. Host descriptors: the
+# CI's plan contract (ci/harness/plan.py) accepts their plain NVMMA layout, and the replay runs them (v18); device-built
+# ones cost ~4.5 us a launch (gluon_bench_run_d_device_desc.log). Measured (kernel/NOTES.md, v18, v19; side by side
+# with cuBLAS and the tile-language kernel, CUPTI span): 128x128 grad_weight tiles (half the bytes of a 128x256 stage)
+# let 6 stages fit beside the two epilogue buffers, and the depth made the difference (M = 256: 3 stages of 128x256
+# 18.6 us, 5 of 128x128 13.0, 6 of them 11.8). v19 (docs/h200/v19_run_a_*): ping-pong with the epilogue in a held
+# stage (7 stages) 0.93x v18 at M = 256, but 1.02-1.06x at M = 512-2048, where the cooperative entries stay; the
+# cooperative held-stage variant (7 stages) was slower everywhere. The entries are written by
+# scripts/apply_gluon_selection.py from the sweep's selection file, the same text on the GPU copy and here.
 GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
-    256: (GluonConfig(64, 128, 128, 128, stages=6, host_desc=True), True),
+    256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True), True),
     512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
     1024: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
     2048: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
