@@ -73,6 +73,15 @@ class GluonConfig:
     # v19: ping-pong: each consumer warpgroup runs whole tiles (every other tile of the program), so one
     # warpgroup's epilogue overlaps the other's main loop (implies epi_hold)
     pingpong: bool = False
+    # v19: ping-pong only in the programs of a partitioned schedule that run grad_weight tiles (several short ones);
+    # the grad_attn programs (one long tile each) stay cooperative, with the held-stage epilogue
+    pp_gw_only: bool = False
+    pp_depth: int = 1  # ping-pong: stages of MMAs a warpgroup keeps in flight (1 or 2)
+
+    @property
+    def pingpong_mode(self) -> int:
+        """The kernel's PINGPONG: 0 cooperative, 1 ping-pong, 2 ping-pong in the grad_weight programs only."""
+        return 2 if (self.pingpong and self.pp_gw_only) else int(self.pingpong)
 
     def kernel_config(self) -> KernelConfig:
         """The tile-language configuration with the same tiles: what ``plan_schedule`` reads."""
@@ -233,13 +242,13 @@ if GLUON_IMPORTED:
                         it += 1
 
     @gluon.jit
-    def _release_held(empty, prev, it):
+    def _release_held(empty, prev, it, REL: gl.constexpr = 1):
         """EPI_HOLD: the stage ``prev`` (the previous tile's last) held the epilogue; once its TMA stores have read
-        it, hand it back to the loader. Nothing is held before the first tile (it == 0)."""
+        it, hand it back to the loader (``REL`` arrivals). Nothing is held before the first tile (it == 0)."""
         if it > 0:
             tma.store_wait(0)
             gl.thread_barrier()
-            mbarrier.arrive(empty.index(prev), count=1)
+            mbarrier.arrive(empty.index(prev), count=REL)
 
     @gluon.jit
     def _consumer(
@@ -367,12 +376,13 @@ if GLUON_IMPORTED:
         M, S, n_ga_m, P_GA,
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, REL: gl.constexpr, DEPTH: gl.constexpr,
     ):  # fmt: skip
         """Ping-pong: warpgroup WG runs the program's tiles WG, WG + 2, ... whole (128 rows as two 64-row
         accumulators), skipping the other warpgroup's stages in the ring; while it writes a tile's epilogue (into
         the tile's last stage, released once its TMA stores have read it), the other warpgroup runs the next
-        tile's main loop.
+        tile's main loop. ``REL``: the arrivals that release a stage (2 where the empty barriers count both
+        warpgroups, PINGPONG 2); ``DEPTH``: stages of MMAs kept in flight (a stage is released DEPTH steps later).
 
         The turns are ordered (``sync[1 + w]`` completes a phase when warpgroup w has waited for every stage of its
         tile): a warpgroup waits for the other's previous main loop before it waits on its own first stage. Without
@@ -401,6 +411,7 @@ if GLUON_IMPORTED:
                         acc0 = gl.zeros([64, GA_BN], gl.float32, ga_layout)
                         acc1 = gl.zeros([64, GA_BN], gl.float32, ga_layout)
                         prev = 0
+                        prev2 = 0
                         for k in range(0, HID, BK):
                             s = it % STAGES
                             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -409,12 +420,17 @@ if GLUON_IMPORTED:
                             if GA_TWO:
                                 acc0 = warpgroup_mma(a.slice(0, 64, dim=0), b, acc0, is_async=True)
                                 acc1 = warpgroup_mma(a.slice(64, 64, dim=0), b, acc1, is_async=True)
-                                acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))
+                                acc0, acc1 = warpgroup_mma_wait(2 * DEPTH, deps=(acc0, acc1))
                             else:
                                 acc0 = warpgroup_mma(a, b, acc0, is_async=True)
-                                acc0 = warpgroup_mma_wait(1, deps=(acc0,))
-                            if k > 0:
-                                mbarrier.arrive(empty.index(prev), count=1)
+                                acc0 = warpgroup_mma_wait(DEPTH, deps=(acc0,))
+                            if DEPTH == 1:
+                                if k > 0:
+                                    mbarrier.arrive(empty.index(prev), count=REL)
+                            else:
+                                if k > BK:
+                                    mbarrier.arrive(empty.index(prev2), count=REL)
+                            prev2 = prev
                             prev = s
                             it += 1
                         mbarrier.arrive(sync.index(1 + WG), count=1)  # the other warpgroup's turn
@@ -422,6 +438,8 @@ if GLUON_IMPORTED:
                             acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
                         else:
                             acc0 = warpgroup_mma_wait(0, deps=(acc0,))
+                        if DEPTH == 2:  # HID // BK >= 2 steps: the second-to-last stage is still held
+                            mbarrier.arrive(empty.index(prev2), count=REL)
                         # the epilogue in the tile's last stage: rows 0-63 in its A bytes, 64-127 in its B bytes
                         e0 = a_ring.index(prev)._reinterpret(dtype, [64, GA_BN], a_ring.layout)
                         e0.store(acc0.to(dtype))
@@ -439,7 +457,7 @@ if GLUON_IMPORTED:
                                 tma.async_copy_shared_to_global(
                                     ga_out, [row0 + h * S + 64, 0], e1.slice(j * HD, HD, dim=1)
                                 )
-                        _release_held(empty, prev, 1)
+                        _release_held(empty, prev, 1, REL)
                     else:
                         it += ga_steps
                     nt += 1
@@ -454,6 +472,7 @@ if GLUON_IMPORTED:
                         acc0 = gl.zeros([64, GW_BN], gl.float32, gw_layout)
                         acc1 = gl.zeros([64, GW_BN], gl.float32, gw_layout)
                         prev = 0
+                        prev2 = 0
                         for k in range(0, M, BK):
                             s = it % STAGES
                             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -461,13 +480,21 @@ if GLUON_IMPORTED:
                             b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
                             acc0 = warpgroup_mma(a.slice(0, 64, dim=1).permute((1, 0)), b, acc0, is_async=True)
                             acc1 = warpgroup_mma(a.slice(64, 64, dim=1).permute((1, 0)), b, acc1, is_async=True)
-                            acc0, acc1 = warpgroup_mma_wait(2, deps=(acc0, acc1))
-                            if k > 0:
-                                mbarrier.arrive(empty.index(prev), count=1)
+                            acc0, acc1 = warpgroup_mma_wait(2 * DEPTH, deps=(acc0, acc1))
+                            if DEPTH == 1:
+                                if k > 0:
+                                    mbarrier.arrive(empty.index(prev), count=REL)
+                            else:
+                                if k > BK:
+                                    mbarrier.arrive(empty.index(prev2), count=REL)
+                            prev2 = prev
                             prev = s
                             it += 1
                         mbarrier.arrive(sync.index(1 + WG), count=1)
                         acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
+                        if DEPTH == 2:
+                            if gw_steps >= 2:  # the second-to-last stage is still held
+                                mbarrier.arrive(empty.index(prev2), count=REL)
                         e0 = a_ring.index(prev)._reinterpret(dtype, [64, GW_BN], a_ring.layout)
                         e1 = b_ring.index(prev)._reinterpret(dtype, [64, GW_BN], b_ring.layout)
                         e0.store(acc0.to(dtype))
@@ -481,7 +508,7 @@ if GLUON_IMPORTED:
                             tma.async_copy_shared_to_global(
                                 gw_out, [off_o + 64, off_i + j * 64], e1.slice(j * 64, 64, dim=1)
                             )
-                        _release_held(empty, prev, 1)
+                        _release_held(empty, prev, 1, REL)
                     else:
                         it += gw_steps
                     nt += 1
@@ -492,10 +519,19 @@ if GLUON_IMPORTED:
                        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                       PINGPONG: gl.constexpr):  # fmt: skip
-        if PINGPONG:
+                       PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
+        if PINGPONG == 1:
             _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                         NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
+                         NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH)  # fmt: skip
+        elif PINGPONG == 2:
+            # ping-pong in the programs of a partition that run only grad_weight tiles, cooperative elsewhere (the
+            # empty barriers count two arrivals: a ping-pong release gives both)
+            if P_GA > 0 and gl.program_id(0) >= P_GA:
+                _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST,
+                             HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 2, PP_DEPTH)  # fmt: skip
+            else:
+                _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
+                          HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True)  # fmt: skip
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD)  # fmt: skip
@@ -505,25 +541,27 @@ if GLUON_IMPORTED:
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG)  # fmt: skip
+                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
+                       PP_DEPTH)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG)  # fmt: skip
+                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
+                       PP_DEPTH)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                      GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                     PINGPONG: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
+                     PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
 
@@ -534,7 +572,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -547,7 +585,7 @@ if GLUON_IMPORTED:
         ga_out = tma.make_tensor_descriptor(ga_ptr, [M * NH, HD], [HD, 1], [GA_WM, HD], lay)
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -556,12 +594,12 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+        EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -570,7 +608,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-        EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr,
+        EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -583,7 +621,7 @@ if GLUON_IMPORTED:
         b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
         GA_WN: gl.constexpr = GA_BN if GA_BM >= 128 else GA_BN // 2
         EPI_COLS: gl.constexpr = GW_BN if GW_BN >= GA_WN else GA_WN
-        HOLD: gl.constexpr = EPI_HOLD or PINGPONG
+        HOLD: gl.constexpr = EPI_HOLD or PINGPONG > 0
         if HOLD:
             # the epilogue goes into a held ring stage: 64 rows of up to A_COLS (B_COLS) columns per part
             gl.static_assert(BK == 64 and EPI_COLS <= A_COLS and EPI_COLS <= B_COLS, "an epilogue part fits a stage")
@@ -594,7 +632,7 @@ if GLUON_IMPORTED:
             # one epilogue buffer per warpgroup: 64 rows by the wider of its two kinds of half-tile
             epi0 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
             epi1 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
-        CONSUMERS: gl.constexpr = 1 if PINGPONG else 2  # warpgroups that read (and release) each stage
+        CONSUMERS: gl.constexpr = 1 if PINGPONG == 1 else 2  # arrivals that release a stage
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns
@@ -611,13 +649,13 @@ if GLUON_IMPORTED:
             [
                 (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG)),
+                              PINGPONG, PP_DEPTH)),
                 (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG)),
+                              PINGPONG, PP_DEPTH)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                                PINGPONG, go_a, w_b, go_t, x_b)),
+                                PINGPONG, PP_DEPTH, go_a, w_b, go_t, x_b)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -665,7 +703,8 @@ def launch_arguments(
         "GROUP": cfg.group,
         "LOADER_REGS": cfg.loader_regs,
         "EPI_HOLD": cfg.epi_hold,
-        "PINGPONG": cfg.pingpong,
+        "PINGPONG": cfg.pingpong_mode,
+        "PP_DEPTH": cfg.pp_depth,
     }
     return args, constexprs
 

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 DEFAULTS = {"stages": 3, "group": 4, "loader_regs": 40, "bk": 64, "schedule": "auto", "host_desc": False}
-DEFAULTS.update({"epi_hold": False, "pingpong": False})
-ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong")
+DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_depth": 1})
+ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
+ORDER += ("pp_depth",)
 
 
 def entry_line(bucket: int, cfg: dict) -> str:

@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--check-timeout-s", type=float, default=120.0, help="per variant's worker process")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop timing new shapes after this many seconds")
     ap.add_argument("--list", action="store_true", help="print the variants and shapes, run nothing")
+    ap.add_argument("--timed", nargs="*", help="B,S pairs to time (default: the built-in list)")
     ap.add_argument(
         "--select",
         help="write here, per M bucket <= 2048, the variant to put in GLUON_TABLE: the fastest correct one if it beats "
@@ -60,7 +61,10 @@ LO = {256: 0, 512: 256, 1024: 512, 2048: 1024, 4096: 2048, 8192: 4096}
 def variants() -> dict[str, tuple[int, object]]:
     from kernel import gluon_backward as gb
 
-    base = {m: cfg for m, (cfg, _) in gb.GLUON_TABLE.items()}
+    # v18's entries (the table before v19), the baseline of every bucket
+    v18_small = gb.GluonConfig(64, 128, 128, 128, stages=6, host_desc=True)
+    v18 = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True)
+    base = {256: v18_small, 512: v18, 1024: v18, 2048: v18}
     big = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True)
     out: dict[str, tuple[int, object]] = {}
     for m, cfg in base.items():
@@ -74,6 +78,11 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (4096, 8192):
         out[f"hold7_{m}"] = (m, replace(big, epi_hold=True, stages=7))
         out[f"pp7_{m}"] = (m, replace(big, pingpong=True, stages=7))
+    # run b: ping-pong only in the grad_weight programs of a partition (M <= 512), two stages of MMAs in flight
+    for m in (256, 512):
+        out[f"hyb7_{m}"] = (m, replace(base[m], pingpong=True, pp_gw_only=True, stages=7))
+    for m in base:
+        out[f"pp7d2_{m}"] = (m, replace(base[m], pingpong=True, stages=7, pp_depth=2))
     return out
 
 
@@ -238,6 +247,9 @@ def main() -> int:
             bucket, cfg = allv[n]
             print(n, bucket, [bs for bs in CHECKED if applies(bucket, cfg, *bs)], asdict(cfg))
         return 0
+    global TIMED
+    if args.timed:
+        TIMED = [tuple(int(v) for v in p.split(",")) for p in args.timed]
     t0 = time.monotonic()
     out = Path(args.out)
     log: dict = {"check": {}, "timing": {}, "variants": {n: asdict(allv[n][1]) for n in names}}

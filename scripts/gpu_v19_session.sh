@@ -3,8 +3,9 @@
 # tile-language kernel and cuBLAS (scripts/bench_gluon_v19.py); the per-bucket winners written into GLUON_TABLE of
 # this copy (scripts/apply_gluon_selection.py); then the GPU tests and the 16-case bench on that code.
 # Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench]   (no step named: all four)
+# SWEEP_ARGS (environment): more arguments of the sweep (--only NAMES, --timed B,S ...).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
-  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 set -u
@@ -17,7 +18,7 @@ for step in $steps; do
   start=$SECONDS
   case $step in
     sweep) timeout 300 python3 scripts/bench_gluon_v19.py --out "$OUT" --select "$OUT/select.json" --budget-s 230 \
-             2>&1 | grep -v -i "warn" | tee "$OUT/v19_sweep.log" ;;
+             ${SWEEP_ARGS:-} 2>&1 | grep -v -i "warn" | tee "$OUT/v19_sweep.log" ;;
     apply) [ -f "$OUT/select.json" ] && python3 scripts/apply_gluon_selection.py "$OUT/select.json" \
              && grep -n "^    [0-9]*: (GluonConfig" kernel/gluon_backward.py ;;
     tests) timeout 120 python3 -m pytest --noconftest -q -m gpu tests/kernel tests/harness/test_replay_gpu.py 2>&1 \
