@@ -15,6 +15,12 @@ grad_weight tiles of K = M, planned per call by ``kernel/schedule.py``), but the
   are stored head by head into grad_attn_output viewed (B*32*S, 64), which needs S to be a multiple of the tile's
   rows (the selection table, ``gluon_config_for``, falls back to the tile-language kernel otherwise).
 
+Two schedules of the consumers (v19, ``GluonConfig``): ``epi_hold`` writes the epilogue into the tile's last ring
+stage instead of separate buffers (freeing 32 KB: 7 stages of 128x128 blocks fit), releasing it once the TMA stores
+have read it; ``pingpong`` gives each warpgroup whole tiles in turn (its epilogue overlaps the other's main loop),
+with ``pp_gw_only`` only in the grad_weight programs of a partitioned schedule and ``pp_depth`` stages of MMAs in
+flight. The table enables ping-pong with 7 stages at M <= 256, where it measured 0.93x v18 (kernel/NOTES.md, v19).
+
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
 ``gluon_bwd_kernel_host_desc`` takes Gluon host descriptors (fast, but its signature types are outside the replay's

@@ -77,6 +77,26 @@ def test_enabled_entries_cover_only_measured_buckets() -> None:
             assert m in case_buckets
 
 
+def test_table_lines_are_the_selection_writers() -> None:
+    """GLUON_TABLE's entry lines are written by scripts/apply_gluon_selection.py from the sweep's selection file, so
+    the copy tested on the GPU and the commit carry the same text: each entry, written back from its configuration,
+    leaves the module unchanged. Also the kernel's PINGPONG mode of the v19 switches."""
+    import importlib.util
+    from dataclasses import asdict
+
+    spec = importlib.util.spec_from_file_location("apply_gluon_selection", PROJECT / "scripts/apply_gluon_selection.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (PROJECT / "kernel/gluon_backward.py").read_text()
+    selection = {str(m): {"name": f"entry {m}", "config": asdict(cfg)} for m, (cfg, on) in gb.GLUON_TABLE.items() if on}
+    assert selection and mod.apply(text, selection) == text
+    base = gb.GluonConfig(128, 128, 128, 128)
+    assert base.pingpong_mode == 0
+    assert gb.GluonConfig(128, 128, 128, 128, pingpong=True).pingpong_mode == 1
+    assert gb.GluonConfig(128, 128, 128, 128, pingpong=True, pp_gw_only=True).pingpong_mode == 2
+    assert gb.GluonConfig(128, 128, 128, 128, pp_gw_only=True).pingpong_mode == 0  # only with pingpong
+
+
 @pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
