@@ -23,9 +23,10 @@ flight. The table enables ping-pong with 7 stages at M <= 256, where it measured
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
-``gluon_bwd_kernel_host_desc`` takes Gluon host descriptors (fast, but its signature types are outside the replay's
-vocabulary). Only Triton 3.6.0's Gluon API is used (``warp_specialize``, ``warpgroup_mma``, ``mbarrier``, ``tma``);
-the path is selected only on a CUDA device of compute capability 9.x with that Triton (``gluon_config_for``).
+``gluon_bwd_kernel_host_desc`` takes Gluon host descriptors (fast; the table's entries use it, and the CI's plan
+contract accepts their plain NVMMA layout). Only Triton 3.6.0's Gluon API is used (``warp_specialize``,
+``warpgroup_mma``, ``mbarrier``, ``tma``); the path is selected only on a CUDA device of compute capability 9.x
+with that Triton (``gluon_config_for``).
 """
 
 from __future__ import annotations
