@@ -10,9 +10,13 @@
 #           calls: `solci run --base main` and `solci report --base main --format markdown`.
 # An 8-case suite (two cases per M from 256 to 1024, and the two M = 8192 cases); the benchmark's protocol.
 # Needs .whl (duckdb, ruptures, nvidia-ml-py, tqdm for the machine's Python) and .sandbox (bwrap + its libraries).
-# Usage (GPU machine, repo root): bash scripts/gpu_pr_session.sh part1|part2; logs and state go to $OUT.
+# prlite: what one short call allows: a base and one neutral commit on main, then the pull request with the step.
+# Measured 2026-12-02: a commit takes 45-68 s on 6-8 cases (the first case's compile is 20 s of it), so part 1
+# (11 commits) needs about 11 minutes: more than one call; run it with WATCH_S (default 420) below the call's
+# limit, so that the history still reaches $OUT, and go on in a second call from the state it left.
+# Usage (GPU machine, repo root): bash scripts/gpu_pr_session.sh part1|part2|prlite; logs and state go to $OUT.
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ] || [ -z "${1:-}" ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 set -u
@@ -31,7 +35,7 @@ g() { git -c user.name=e2e -c user.email=e2e@local "$@"; }
 watch() {
   local tag=$1; shift
   s=$(date +%s)
-  timeout 540 python3 -m ci.cli watch /tmp/pr.git --once --cases "$CASES" "$@" >"$OUT/$tag.out" 2>"$OUT/$tag.err"
+  timeout "${WATCH_S:-420}" python3 -m ci.cli watch /tmp/pr.git --once --cases "$CASES" "$@" >"$OUT/$tag.out" 2>"$OUT/$tag.err"
   echo "$tag: exit $? ($(( $(date +%s) - s )) s)"; cat "$OUT/$tag.out"
 }
 tables() {
@@ -44,29 +48,7 @@ tables() {
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 
-if [ "$part" = part1 ]; then
-  rm -rf /tmp/pr /tmp/pr.git /tmp/pr.duckdb /tmp/pr-work && mkdir -p /tmp/pr && git init -q --bare -b main /tmp/pr.git
-  tar --exclude=./.whl --exclude=./.sandbox --exclude=./.git --exclude=./.solci --exclude=./docs/h200 -cf - . \
-    | tar -C /tmp/pr -xf -
-  cd /tmp/pr && git init -q -b main && git remote add origin /tmp/pr.git
-  g add -A && g commit -qm "base: the project as it is"
-  for i in $(seq 1 10); do echo "# neutral $i" >> README.md && g commit -qam "neutral $i"; done
-  g push -q origin main
-  watch neutral --backfill 11
-  cd "$here"
-  tables > "$OUT/part1_tables.txt" 2>&1; cat "$OUT/part1_tables.txt"
-  cp /tmp/pr.duckdb "$OUT/pr.duckdb"
-  git -C /tmp/pr.git bundle create "$OUT/pr.bundle" --all 2>/dev/null
-  exit 0
-fi
-
-# part 2: the state part 1 left (carried back in as .prstate/)
-rm -rf /tmp/pr /tmp/pr.git /tmp/pr-work
-cp .prstate/pr.duckdb /tmp/pr.duckdb
-git clone -q --bare .prstate/pr.bundle /tmp/pr.git && git clone -q /tmp/pr.git /tmp/pr
-cd /tmp/pr
 L=kernel/backward.py
-cp $L /tmp/launcher.orig
 PLANT='
 # --- planted: some cases slower (a spin kernel after the real one, inside the CUPTI span; about 1 us of it is the
 # extra launch itself) ---
@@ -93,6 +75,57 @@ def attn_output_proj_backward(grad_output, reshaped, weight, *, out=None, config
         _planted_spin[(1,)](int(max(0.0, share * _PLANTED_US.get(m, 50.0) - 1.0) * 1000))
     return result'
 plant() { echo "$PLANT" | sed "s/SHARES/$1/" >> $L; }
+pr_run() {  # the pull request's head through the CLI the workflow calls, then its report
+  cd "$here"
+  s=$(date +%s)
+  timeout "${1:-400}" python3 -m ci.cli run --repo /tmp/pr.git --commit wider-tiles --base main --branch pr-1 \
+    --cases "$CASES" >"$OUT/pr_run.out" 2>"$OUT/pr_run.err"
+  echo "pr run: exit $? ($(( $(date +%s) - s )) s)"; tail -30 "$OUT/pr_run.out"; grep -v "pass kernel" "$OUT/pr_run.err" | tail -20
+  python3 -m ci.cli report wider-tiles --base main --repo /tmp/pr.git --format markdown > "$OUT/pr_report.md"
+  echo "pr report: exit $?"; cat "$OUT/pr_report.md"
+}
+
+if [ "$part" = prlite ]; then  # what 6 device minutes allow: a level of 3 main commits, a PR making the two
+  CASES="1,256;4,128;8,128;8,256;32,256;64,128"  # M = 8192 cases 1.4 % and 2.0 % slower
+  rm -rf /tmp/pr /tmp/pr.git /tmp/pr.duckdb /tmp/pr-work && mkdir -p /tmp/pr && git init -q --bare -b main /tmp/pr.git
+  tar --exclude=./.whl --exclude=./.sandbox --exclude=./.git --exclude=./.solci --exclude=./docs/h200 -cf - . \
+    | tar -C /tmp/pr -xf -
+  cd /tmp/pr && git init -q -b main && git remote add origin /tmp/pr.git
+  g add -A && g commit -qm "base: the project as it is"
+  echo "# neutral 1" >> README.md && g commit -qam "neutral 1"
+  g push -q origin main
+  watch main --backfill 2
+  cd /tmp/pr && g switch -q -c wider-tiles
+  plant "{(32, 256): 0.014, (64, 128): 0.020}"
+  g commit -qam "pr: B32_S256 +1.4 %, B64_S128 +2.0 %" && g push -q origin wider-tiles
+  pr_run 200
+  tables > "$OUT/prlite_tables.txt" 2>&1; cat "$OUT/prlite_tables.txt"
+  cp /tmp/pr.duckdb "$OUT/pr.duckdb"
+  exit 0
+fi
+
+if [ "$part" = part1 ]; then
+  rm -rf /tmp/pr /tmp/pr.git /tmp/pr.duckdb /tmp/pr-work && mkdir -p /tmp/pr && git init -q --bare -b main /tmp/pr.git
+  tar --exclude=./.whl --exclude=./.sandbox --exclude=./.git --exclude=./.solci --exclude=./docs/h200 -cf - . \
+    | tar -C /tmp/pr -xf -
+  cd /tmp/pr && git init -q -b main && git remote add origin /tmp/pr.git
+  g add -A && g commit -qm "base: the project as it is"
+  for i in $(seq 1 10); do echo "# neutral $i" >> README.md && g commit -qam "neutral $i"; done
+  g push -q origin main
+  watch neutral --backfill 11
+  cd "$here"
+  tables > "$OUT/part1_tables.txt" 2>&1; cat "$OUT/part1_tables.txt"
+  cp /tmp/pr.duckdb "$OUT/pr.duckdb"
+  git -C /tmp/pr.git bundle create "$OUT/pr.bundle" --all 2>/dev/null
+  exit 0
+fi
+
+# part 2: the state part 1 left (carried back in as .prstate/)
+rm -rf /tmp/pr /tmp/pr.git /tmp/pr-work
+cp .prstate/pr.duckdb /tmp/pr.duckdb
+git clone -q --bare .prstate/pr.bundle /tmp/pr.git && git clone -q /tmp/pr.git /tmp/pr
+cd /tmp/pr
+cp $L /tmp/launcher.orig
 plant "{(32, 256): 0.014, (64, 128): 0.020}"
 g commit -qam "slow: B32_S256 +1.4 %, B64_S128 +2.0 %"
 echo "# neutral 11" >> README.md && g commit -qam "neutral 11 (on the slow level)"
