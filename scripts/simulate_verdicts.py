@@ -15,8 +15,9 @@ The noise model is fitted to the H200's raw figures under ``docs/h200/``:
 Each simulated run draws, per case, level + drift (an AR(1) process over runs, so runs close in time share
 it) + independent noise (Student t with 5 degrees of freedom: heavier tails than Gaussian), with one run in
 a hundred throttled (every case and the in-run baselines slower by 5-15 %, the SM clock lower by as much).
-Each series gets planted steps (2, 3, 5 and 10 %, on the whole suite or on one case, slower or faster,
-half of the slowdowns reverted a few commits later) among neutral commits; a run that moves at screening is
+Each series gets planted steps (2, 3, 5 and 10 %, on the whole suite or on one case; 1 and 2 % on one
+low-noise case, whose fitted between-run spread is at most ``QUIET_SPREAD``; slower or faster, half of the
+slowdowns reverted a few commits later) among neutral commits; a run that moves at screening is
 confirmed with interleaved pairs drawn the same way; late steps are looked for after every commit. Every
 decision is made by ``ci.verdict.rules`` through ``Series.judge`` and ``Series.late``, the flow
 ``ci.verdict.apply`` runs on the runner's stored runs, with its default ``JudgeConfig``; each commit's runs carry
@@ -63,6 +64,12 @@ FIT_SESSIONS = (
     "bench_run_e.log",
 )
 M_OF = {c.name: c.m for c in CASES}
+QUIET_SPREAD = 0.0025  # a case whose fitted between-run spread is at most this is a low-noise case (M = 2048)
+KIND_TEXT = {
+    "case": "one case",
+    "quiet": f"one low-noise case (spread <= {QUIET_SPREAD:.2%})",
+    "suite": "the whole suite",
+}
 
 
 # ------------------------------------------------------------------------------------------------ the fit
@@ -214,7 +221,7 @@ class Planted:
     index: int
     cases: list[str]  # the cases it moves
     size: float  # relative change (e.g. 0.05 = 5 % slower, -0.05 faster)
-    kind: str  # suite | case
+    kind: str  # suite | case | quiet (one low-noise case)
     revert_of: int | None = None
 
     @property
@@ -233,13 +240,19 @@ class Outcome:
     runs: int = 0
 
 
-def plant(n: int, rng: random.Random) -> list[Planted]:
+def quiet_cases(fit: NoiseFit) -> list[str]:
+    """The low-noise cases: fitted between-run spread at most ``QUIET_SPREAD``."""
+    return [c for c in CASE_NAMES if fit.sigma_case[c] <= QUIET_SPREAD]
+
+
+def plant(n: int, rng: random.Random, quiet: list[str]) -> list[Planted]:
+    """Steps among neutral commits: 2-10 % on the whole suite or on one case, 1-2 % on one low-noise case."""
     out: list[Planted] = []
     i = 12
     while i < n - 12:
-        size = rng.choice([0.02, 0.03, 0.05, 0.10])
-        kind = rng.choice(["suite", "case"])
-        cases = list(CASE_NAMES) if kind == "suite" else [rng.choice(CASE_NAMES)]
+        kind = rng.choice(["suite", "case", "quiet"] if quiet else ["suite", "case"])
+        size = rng.choice([0.01, 0.02] if kind == "quiet" else [0.02, 0.03, 0.05, 0.10])
+        cases = list(CASE_NAMES) if kind == "suite" else [rng.choice(quiet if kind == "quiet" else CASE_NAMES)]
         sign = 1.0 if rng.random() < 0.6 else -1.0
         out.append(Planted(i, cases, sign * size, kind))
         if sign > 0 and rng.random() < 0.5 and i + 16 < n - 12:
@@ -268,7 +281,7 @@ def confirmer(machine: Machine, levels: list[dict[str, float]], cfg: JudgeConfig
 def simulate_series(fit: NoiseFit, n: int, rng: random.Random, cfg: JudgeConfig) -> Outcome:
     """One series through ``Series.judge`` and ``Series.late``: the flow ``ci.verdict.apply`` runs on stored runs."""
     machine = Machine(fit, rng)
-    planted = plant(n, rng)
+    planted = plant(n, rng, quiet_cases(fit))
     at = {p.index: p for p in planted}
     level: dict[str, float] = dict.fromkeys(CASE_NAMES, 0.0)
     levels: list[dict[str, float]] = []
@@ -364,7 +377,8 @@ def score(outcomes: list[Outcome]) -> dict:
             elif hits:
                 det[key][2] += 1
     rows = []
-    for (kind, size), (n, once, late) in sorted(det.items(), key=lambda kv: (kv[0][0], float(kv[0][1][:-1]))):
+    order = {"case": 0, "quiet": 1, "suite": 2}
+    for (kind, size), (n, once, late) in sorted(det.items(), key=lambda kv: (order[kv[0][0]], float(kv[0][1][:-1]))):
         rows.append({"kind": kind, "size": size, "planted": n, "at_once": once / n, "with_late": (once + late) / n})
     suspects = sum(o.suspects for o in outcomes)
     return {
@@ -418,7 +432,7 @@ def render(result: dict, fit: NoiseFit, args: argparse.Namespace, cfg: JudgeConf
     for row in r["detection"]:
         target = {"5%": ">= 95 %", "3%": ">= 80 %"}.get(row["size"], "")
         lines.append(
-            f"| {row['size']} on {'the whole suite' if row['kind'] == 'suite' else 'one case'} | {row['planted']} "
+            f"| {row['size']} on {KIND_TEXT[row['kind']]} | {row['planted']} "
             f"| {row['at_once']:.0%} | {row['with_late']:.0%} | {target} |"
         )
     lines.append(END)
