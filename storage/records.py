@@ -46,7 +46,7 @@ RECORD_VERDICTS = ("baseline", "pass", "improved", "not_reproduced")
 # ci.verdict.rules.JudgeConfig's k and min_effect, for recomputing records where no judging is at hand (the
 # migration); judging passes its own (a test checks these match the defaults).
 DEFAULT_K = 3.0
-DEFAULT_MIN_EFFECT = 0.02
+DEFAULT_MIN_EFFECT = 0.01
 BASES = ("level", "improvement")
 
 

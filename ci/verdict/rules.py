@@ -12,29 +12,41 @@ Series and levels
     culprit of that step is the first point of the new level). So after a confirmed step nobody is blamed
     for it again, and a baseline never straddles a step.
 
-Noise model (``estimate_noise``), per case and for the suite, per series
-    ``screen``: between-run spread of single runs of successive commits within a level (robust: the MAD of
-    successive differences), pooled with a prior (``JudgeConfig.prior_sigma``, a few pseudo-observations)
-    and floored; ``pair``: the spread between runs of one commit in one job (A/A re-runs: every confirmation
-    measures the commit and its parent twice), pooled likewise, falling back to the screen figure.
+Noise model (``estimate_noise``), per case and for the suite, per series (docs/verdicts.md, "The noise model")
+    ``screen``: the spread of what screening tests, measured on the series itself: each commit's first run
+    against the median of the points of its level before it, in units of screening's standard error factor
+    (outliers beyond five robust spreads left out), with the A/A spreads below as more observations.
+    ``adjusted``: the same net of each run's common shift. ``settled``: the same on the levels before the
+    newest (a step screening missed inflates the newest's), with the spread between successive commits' runs
+    (a step is one outlier there) as its prior: the late search's. ``pair``: between runs of one commit in one
+    job (A/A re-runs: every confirmation measures the commit and its parent twice), with ``settled`` as a
+    prior worth at most three observations; it carries the observations it stands on,
+    which set the Student t quantile of the confirmation. Each is pooled with a prior
+    (``JudgeConfig.prior_sigma``, worth a tenth of an observation: it gives way to the first comparison) and
+    floored.
 
 Screening a run (``Series.screen``)
     Per case, the change is the run's log median minus the level's median (over points); its standard error
-    includes the level's own uncertainty. A case *moved* when |change| >= max(log(1 + min_effect),
-    k * se) and its Benjamini-Hochberg q-value over the run's cases is <= ``fdr``. The suite (mean over cases
-    of the log medians, i.e. the log geometric mean) moved when its change passes the same rule with its own
-    spread (which includes the machine drift that all cases share). The eager and cuBLAS baselines, timed in
-    the same run, are the control: when they moved at least half as much in the same direction, the run is
-    marked ``drift``. The SM clock (NVML, sampled around each case) is the other control: a change that
-    does not hold in cycles (time x clock) is marked ``clock``.
+    includes the level's own uncertainty. From six cases on, the run's common shift (``_common_shift``: the
+    median change of the cases that did not move on their own, shrunk towards 0 by its own noise) is taken out
+    of the case tests, which read the ``adjusted`` spread. A case *moved* when |change| >= max(log(1 +
+    min_effect), k_case * se) and its Benjamini-Hochberg q-value over the run's cases (p-values under tails
+    like Student's t with ``tail_dof`` degrees of freedom) is <= ``fdr``. The suite (mean over cases of the log
+    medians, i.e. the log geometric mean; near normal) moved when its change passes max(log(1 + min_effect),
+    k * se) with its own spread (which includes the machine drift that all cases share). The eager and cuBLAS
+    baselines, timed in the same run, are the control: when they moved at least half as much in the same
+    direction, the run is marked ``drift``. The SM clock (NVML, sampled around each case) is the other
+    control: a change that does not hold in cycles (time x clock) is marked ``clock``.
 
 Confirming (``Series.decide``)
     A run that moved is re-measured with its parent (its git first parent; the newest commit of its level when
-    the ancestry is not known) in one job, interleaved A B B A ... on the same GPU; each
-    pair gives a paired log ratio per case. A case is confirmed when the (Bonferroni over the tested cases)
-    confidence interval of the mean ratio excludes 0 in the screened direction and the mean exceeds half the
-    minimum effect; the suite likewise when every case was tested. A confirmed change that the in-run
-    controls share, or that does not hold in cycles, is *ambiguous*; otherwise slower cases make the run
+    the ancestry is not known) in one job, interleaved A B B A ... on the same GPU; each pair gives a paired
+    log ratio per case. A case is confirmed when the (Bonferroni over the tested cases; Student t with the
+    observations its A/A spread stands on) confidence interval of the mean ratio excludes 0 in the screened
+    direction and the mean exceeds half the minimum effect; the suite likewise when every case was tested (a
+    confirmed suite change takes each case that moved its way beyond its own interval and half the minimum
+    effect). A confirmed change that the in-run controls share, or that does not hold in cycles, is
+    *ambiguous*; otherwise slower cases make the run
     *regressed* (a step opens, the only verdict that fails CI), faster ones *improved*; nothing confirmed is
     *not reproduced*. One step carries every case it moved, with its interval. When the parent was not measured
     yet (not in the level) and its re-measurement moved against the level as the run did, the change lies in
@@ -45,8 +57,8 @@ becomes fixed when a later confirmed step brings every case it moved back to its
 that overshoots fixes it too), or acknowledged (``solci ack``). A step is its culprit's, judged once: a later
 run of that commit joins it (``Series.judge``) and its status stands. Late steps (``Series.late_candidate``):
 within the current level, a split of the series (ruptures' binary segmentation) whose two sides differ beyond
-``k_late`` standard errors names an earlier culprit that screening missed; it is confirmed the same way
-(culprit against its parent).
+``k_late`` standard errors and ``late_min_effect`` names an earlier culprit that screening missed; it is
+confirmed the same way (culprit against its parent).
 """
 
 from __future__ import annotations
@@ -82,24 +94,37 @@ VERDICTS = (
 class JudgeConfig:
     """The rules' constants. Defaults were chosen with ``scripts/simulate_verdicts.py`` (docs/verdicts.md)."""
 
-    min_effect: float = 0.02  # smallest relative change reported, per case and for the suite
-    k: float = 3.0  # screening: change >= k standard errors
+    min_effect: float = 0.01  # smallest relative change reported, per case and for the suite
+    k: float = 3.0  # screening: change >= k standard errors (a case's: as rare a change under tail_dof)
+    tail_dof: float = 5.0  # a case's run figures have tails like Student's t with this many degrees of freedom
     fdr: float = 0.05  # Benjamini-Hochberg level over a run's cases
     alpha_confirm: float = 0.01  # family-wise error of the confirmation (Bonferroni over tested cases)
     pairs: int = 2  # interleaved pairs in a confirmation (A B B A)
     level_points: int = 10  # the level's median uses at most the newest N points since the step
     noise_points: int = 200  # points of history the noise model reads
     prior_sigma: float = 0.01  # between-run spread assumed before any history (1 %)
-    prior_weight: float = 3.0  # pseudo-observations of the prior
+    prior_weight: float = 0.1  # pseudo-observations of the prior: it decides only until a case has runs to compare
+    pair_prior_weight: float = 3.0  # the prior of the A/A and the settled spreads counts at most this many runs
     min_sigma: float = 0.0015  # floor of every spread (0.15 %)
     k_late: float = 5.0  # late steps: split difference >= k_late standard errors
+    late_min_effect: float = 0.02  # late steps: and >= this (smaller steps are the screen's, where noise allows)
     late_min_points: int = 3  # points needed on each side of a late split
     control_share: float = 0.5  # controls moving >= this share of the kernel's change mean drift
     clock_change: float = 0.01  # clock moves smaller than this are ignored
 
+    def __post_init__(self) -> None:
+        if not self.tail_dof > 2.0:
+            raise ValueError(f"tail_dof must exceed 2 (a finite variance), got {self.tail_dof}")
+
     @property
     def log_min_effect(self) -> float:
         return math.log1p(self.min_effect)
+
+    @property
+    def k_case(self) -> float:
+        """A case's bar in its standard errors: as rare a change as ``k`` normal standard errors under tails like
+        Student's t with ``tail_dof`` degrees of freedom (4.27 for k 3 and 5 degrees of freedom)."""
+        return _tail_quantile(_norm_cdf(self.k), self.tail_dof)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -208,6 +233,8 @@ class Noise:
     n_screen: Mapping[str, int] = field(default_factory=dict)
     n_pair: Mapping[str, int] = field(default_factory=dict)
     adjusted: Mapping[str, float] = field(default_factory=dict)  # spread of a case net of the run's common shift
+    dof_pair: Mapping[str, float] = field(default_factory=dict)  # observations the pair spread stands on
+    settled: Mapping[str, float] = field(default_factory=dict)  # of the levels before the newest (the late search's)
 
     def sigma(self, case: str, default: float) -> float:
         return self.screen.get(case, default)
@@ -218,10 +245,25 @@ class Noise:
     def sigma_pair(self, case: str, default: float) -> float:
         return self.pair.get(case, self.screen.get(case, default))
 
+    def sigma_settled(self, case: str, default: float) -> float:
+        return self.settled.get(case, self.screen.get(case, default))
 
-def _mad_sigma(values: Sequence[float]) -> float:
-    med = statistics.median(values)
-    return 1.4826 * statistics.median(abs(v - med) for v in values)
+    def pair_dof(self, case: str) -> float:
+        """The observations behind ``sigma_pair`` (the degrees of freedom of its Student t quantile)."""
+        return self.dof_pair.get(case, math.inf)
+
+
+OUTLIER_SPREADS = 5.0  # a residual beyond this many robust spreads is an outlier (a throttled run, an unseen step)
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float] | None:
+    """(spread, observations) of values centred on 0: the root mean square of those within ``OUTLIER_SPREADS``
+    robust spreads (1.4826 x the median absolute value) of 0, each worth one observation; None for no values."""
+    if not values:
+        return None
+    robust = 1.4826 * statistics.median(abs(v) for v in values)
+    kept = [v for v in values if abs(v) <= OUTLIER_SPREADS * robust] if robust > 0 else list(values)
+    return math.sqrt(math.fsum(v * v for v in kept) / len(kept)), float(len(kept))
 
 
 def _pooled(prior: float, weight: float, estimates: Iterable[tuple[float, float]], floor: float) -> float:
@@ -234,69 +276,150 @@ def _pooled(prior: float, weight: float, estimates: Iterable[tuple[float, float]
     return max(floor, math.sqrt(num / den))
 
 
-def estimate_noise(points: Sequence[Point], steps: Sequence[Step], cases: Iterable[str], cfg: JudgeConfig) -> Noise:
-    """The noise model of a series from its points (oldest first) and steps.
+def _se_factor(n: int) -> float:
+    """A run's change against the median of ``n`` points, in between-run spreads: sqrt(1 + (pi / 2) / n)."""
+    return math.sqrt(1.0 + (math.pi / 2.0) / n)
 
-    screen: robust spread of the successive differences between the first runs of successive points of one
-    level (a difference of two runs has twice the variance of one); pair: pooled spread of runs of one commit
-    measured in the same job (confirmation A/A re-runs), deviations from their job's mean."""
+
+def _common_shift(changes: Mapping[str, float], ses: Mapping[str, float], cfg: JudgeConfig) -> float | None:
+    """A run's common shift (machine drift, or a change of every case), None under ``MIN_CASES_FOR_COMMON``
+    cases: the median change over its cases, leaving out those that moved on their own (beyond the minimum
+    effect and ``k_case`` standard errors) unless they are half the cases or more; shrunk towards 0 by its own
+    noise (times max(0, 1 - se^2 / shift^2), the se of a median from the cases' spread about it), so that a
+    shift within the noise of estimating it is not taken out of cases much quieter than that noise."""
+    if len(changes) < MIN_CASES_FOR_COMMON:
+        return None
+    calm = [d for c, d in changes.items() if abs(d) < max(cfg.log_min_effect, cfg.k_case * ses[c])]
+    used = calm if 2 * len(calm) > len(changes) else list(changes.values())
+    shift = statistics.median(used)
+    se = 1.2533 * 1.4826 * statistics.median(abs(d - shift) for d in used) / math.sqrt(len(used))
+    return shift * max(0.0, 1.0 - (se / shift) ** 2) if shift else 0.0
+
+
+def _screen_residuals(
+    segments: Sequence[Sequence[Point]], cases: Sequence[str], cfg: JudgeConfig
+) -> tuple[dict[str, list[float]], list[dict[str, tuple[float, float]]], dict[str, int]]:
+    """What screening would have seen, for every point of a level after its first: the change of its first run
+    against the median of the level's points before it (at most ``level_points``). Per case and for the suite,
+    the changes in units of the screen's factor (``_se_factor``), oldest first, and how many of them lie in the
+    levels before the newest; and per point the cases' (change, factor)."""
+    raw: dict[str, list[float]] = {c: [] for c in [SUITE, *cases]}
+    per_point: list[dict[str, tuple[float, float]]] = []
+    older: dict[str, int] = {}
+    for k, seg in enumerate(segments):
+        if k == len(segments) - 1:
+            older = {c: len(v) for c, v in raw.items()}
+        values = [{c: p.value(c) for c in cases} for p in seg]
+        suite = [p.suite_value(cases) for p in seg]
+        with_runs = [i for i, p in enumerate(seg) if p.runs]
+        for j in range(1, len(seg)):
+            before = [i for i in with_runs if i < j][-cfg.level_points :]
+            run = seg[j].first
+            row: dict[str, tuple[float, float]] = {}
+            for c in cases:
+                x = _figure(run, c, cases)
+                level = [v for v in (values[i][c] for i in before) if v is not None]
+                if x is not None and level:
+                    row[c] = (x - statistics.median(level), _se_factor(len(level)))
+                    raw[c].append(row[c][0] / row[c][1])
+            per_point.append(row)
+            x = _figure(run, SUITE, cases)
+            level = [v for v in (suite[i] for i in before) if v is not None]
+            if x is not None and level:
+                raw[SUITE].append((x - statistics.median(level)) / _se_factor(len(level)))
+    return raw, per_point, older
+
+
+def _aa_spreads(
+    points: Sequence[Point], cases: Sequence[str], cfg: JudgeConfig
+) -> dict[str, list[tuple[float, float]]]:
+    """Per case and for the suite, (spread, dof) of each group of runs of one commit in one job (a confirmation's
+    A/A re-runs; not the screened run of the job: it was picked for moving)."""
+    groups: dict[str, dict[tuple[str, int], list[float]]] = {c: {} for c in [SUITE, *cases]}
+    for p in points[-cfg.noise_points :]:
+        for r in p.runs:
+            if r.job_id is None or r.purpose != "confirm":
+                continue
+            for case, by_job in groups.items():
+                v = _figure(r, case, cases)
+                if v is not None:
+                    by_job.setdefault((p.commit, r.job_id), []).append(v)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for case, by_job in groups.items():
+        out[case] = []
+        for g in by_job.values():
+            if len(g) >= 2:
+                mean = math.fsum(g) / len(g)
+                out[case].append((math.sqrt(math.fsum((v - mean) ** 2 for v in g) / (len(g) - 1)), len(g) - 1.0))
+    return out
+
+
+def estimate_noise(
+    points: Sequence[Point],
+    steps: Sequence[Step],
+    cases: Iterable[str],
+    cfg: JudgeConfig,
+    *,
+    judged: str | None = None,
+) -> Noise:
+    """The noise model of a series from its points (oldest first) and steps; every spread is pooled with the
+    prior (``prior_weight`` observations) and floored.
+
+    screen: the spread of screening's own changes on the series (each point's first run against the median of
+    its level's points before it, in units of ``_se_factor``; ``_spread``), with the A/A spreads below as more
+    observations; adjusted: the same, net of each point's common shift; settled: the screen's spread on the
+    levels before the newest (a step screening missed in the newest inflates the newest's changes until it is
+    found), with the spread of the first runs of successive points of one level as its prior worth at most
+    ``pair_prior_weight`` observations (a difference of two runs has twice the variance of one; a step is one
+    outlier there); pair: the A/A spreads of runs of one commit measured in the same job (confirmation
+    re-runs, deviations from their job's mean), with the settled spread as a prior worth at most
+    ``pair_prior_weight`` observations; dof_pair: the observations behind the pair spread (the settled
+    spread's and the A/A runs'). ``judged``: the commit being judged, whose confirmation runs are in
+    ``points``: its A/A runs count, its figures are no part of a level (they hold the change under test)."""
     boundaries = {s.commit for s in steps if s.is_boundary}
     segments: list[list[Point]] = [[]]
     for p in points[-cfg.noise_points :]:
+        if p.commit == judged:
+            continue
         if p.commit in boundaries and segments[-1]:
             segments.append([])
         segments[-1].append(p)
     case_list = list(dict.fromkeys(cases))
-    all_cases = [SUITE, *case_list]
+    raw, per_point, older = _screen_residuals(segments, case_list, cfg)
+    aa = _aa_spreads(points, case_list, cfg)
+
+    def pooled(prior: float, *estimates: tuple[float, float] | None) -> float:
+        return _pooled(prior, cfg.prior_weight, [e for e in estimates if e is not None], cfg.min_sigma)
+
     screen: dict[str, float] = {}
+    settled: dict[str, float] = {}
     pair: dict[str, float] = {}
-    n_screen: dict[str, int] = {}
-    n_pair: dict[str, int] = {}
-    for case in all_cases:
+    dof_pair: dict[str, float] = {}
+    for case in [SUITE, *case_list]:
+        screen[case] = pooled(cfg.prior_sigma, _spread(raw[case]), *aa[case])
         diffs: list[float] = []
         for seg in segments:
-            vals = [_figure(p.first, case, case_list) for p in seg]
-            vals_f = [v for v in vals if v is not None]
-            diffs += [b - a for a, b in itertools.pairwise(vals_f)]
-        est = []
-        if len(diffs) >= 2:
-            # MAD of differences / sqrt(2); a MAD is worth about 37 % of its observations as a variance.
-            est.append((_mad_sigma(diffs) / math.sqrt(2.0), 0.37 * len(diffs)))
-        screen[case] = _pooled(cfg.prior_sigma, cfg.prior_weight, est, cfg.min_sigma)
-        n_screen[case] = len(diffs)
-        # A/A: runs of one commit in one job.
-        groups: dict[tuple[str, int], list[float]] = {}
-        for p in points[-cfg.noise_points :]:
-            for r in p.runs:
-                if r.job_id is None or r.purpose != "confirm":  # not the screened run: it was picked for moving
-                    continue
-                v = _figure(r, case, case_list)
-                if v is not None:
-                    groups.setdefault((p.commit, r.job_id), []).append(v)
-        aa = [
-            (statistics.stdev(g), len(g) - 1)
-            for g in groups.values()
-            if len(g) >= 2  # a job's runs of one commit
-        ]
-        n_pair[case] = int(sum(d for _, d in aa))
-        pair[case] = _pooled(screen[case], cfg.prior_weight, aa, cfg.min_sigma) if aa else screen[case]
-    adj_diffs: dict[str, list[float]] = {c: [] for c in case_list}
-    for seg in segments:
-        for pa, pb in itertools.pairwise(seg):
-            d = {}
-            for c in case_list:
-                a, b = _figure(pa.first, c, case_list), _figure(pb.first, c, case_list)
-                if a is not None and b is not None:
-                    d[c] = b - a
-            if len(d) >= MIN_CASES_FOR_COMMON:
-                shift = statistics.median(d.values())
-                for c, v in d.items():
-                    adj_diffs[c].append(v - shift)
-    adjusted: dict[str, float] = {}
-    for c, diffs in adj_diffs.items():
-        est = [(_mad_sigma(diffs) / math.sqrt(2.0), 0.37 * len(diffs))] if len(diffs) >= 2 else []
-        adjusted[c] = _pooled(screen[c], cfg.prior_weight, est, cfg.min_sigma)
-    return Noise(screen, pair, n_screen, n_pair, adjusted)
+            vals = [v for v in (_figure(p.first, case, case_list) for p in seg) if v is not None]
+            diffs += [(b - a) / math.sqrt(2.0) for a, b in itertools.pairwise(vals)]
+        succ = _spread(diffs)
+        dof = cfg.prior_weight + (succ[1] if succ else 0.0)
+        old = _spread(raw[case][: older[case]])
+        settled[case] = _pooled(
+            pooled(cfg.prior_sigma, succ), min(cfg.pair_prior_weight, dof), [old] if old else [], cfg.min_sigma
+        )
+        dof += old[1] if old else 0.0
+        pair[case] = _pooled(settled[case], min(cfg.pair_prior_weight, dof), aa[case], cfg.min_sigma)
+        dof_pair[case] = dof + math.fsum(d for _, d in aa[case])
+    net: dict[str, list[float]] = {c: [] for c in case_list}
+    for row in per_point:
+        shift = _common_shift({c: d for c, (d, _) in row.items()}, {c: f * screen[c] for c, (_, f) in row.items()}, cfg)
+        if shift is not None:
+            for c, (d, f) in row.items():
+                net[c].append((d - shift) / f)
+    adjusted = {c: pooled(screen[c], _spread(net[c]), *aa[c]) for c in case_list}
+    n_screen = {c: len(v) for c, v in raw.items()}
+    n_pair = {c: int(sum(d for _, d in v)) for c, v in aa.items()}
+    return Noise(screen, pair, n_screen, n_pair, adjusted, dof_pair, settled)
 
 
 def _figure(run: RunFigures, case: str, cases: Sequence[str]) -> float | None:
@@ -397,6 +520,33 @@ def _norm_sf(z: float) -> float:
 
 def _norm_ppf(p: float) -> float:
     return statistics.NormalDist().inv_cdf(p)
+
+
+def _norm_cdf(z: float) -> float:
+    return statistics.NormalDist().cdf(z)
+
+
+def _t_ppf(p: float, dof: float) -> float:
+    """Student's t quantile with ``dof`` degrees of freedom (the normal one for infinitely many)."""
+    if math.isinf(dof):
+        return _norm_ppf(p)
+    from scipy.stats import t
+
+    return float(t.ppf(p, dof))
+
+
+def _tail_quantile(p: float, dof: float) -> float:
+    """The ``p`` quantile, in standard deviations, of Student's t with ``dof`` (> 2) degrees of freedom."""
+    return _t_ppf(p, dof) / math.sqrt(dof / (dof - 2.0)) if math.isfinite(dof) else _norm_ppf(p)
+
+
+def _tail_sf(z: float, dof: float) -> float:
+    """P(X > z standard deviations) for Student's t with ``dof`` (> 2) degrees of freedom."""
+    if math.isinf(dof):
+        return _norm_sf(z)
+    from scipy.stats import t
+
+    return float(t.sf(z * math.sqrt(dof / (dof - 2.0)), dof))
 
 
 def bh_qvalues(pvalues: Sequence[float]) -> list[float]:
@@ -511,26 +661,27 @@ class Series:
                 continue
             mu = statistics.median(vals)
             sigma = noise.sigma(case, cfg.prior_sigma)
-            se = sigma * math.sqrt(1.0 + (math.pi / 2.0) / len(vals))
+            se = sigma * _se_factor(len(vals))
             ctrl = self._control_change(run, level, case)
             clk = self._clock_change(run, level, case)
             rows.append((case, x - mu, se, ctrl, clk))
         if not rows:
             return out
-        # Take the run's common shift (machine drift, or a change of every case that the suite test sees)
-        # out of the case tests: what is left is what moved this case alone.
-        shift = statistics.median(d for _, d, _, _, _ in rows) if len(rows) >= MIN_CASES_FOR_COMMON else None
-        tested = []
+        # Take the run's common shift (machine drift, or a change of every case that the suite test sees) out
+        # of the case tests: what is left is what moved this case alone.
+        shift = _common_shift({c: d for c, d, _, _, _ in rows}, {c: se for c, _, se, _, _ in rows}, cfg)
+        tested: list[tuple[float, float]] = []
         for case, d, se, _, _ in rows:
             if shift is None:
                 tested.append((d, se))
             else:
                 ratio = noise.sigma_adjusted(case, cfg.prior_sigma) / noise.sigma(case, cfg.prior_sigma)
                 tested.append((d - shift, se * ratio))
-        pvals = [2.0 * _norm_sf(abs(d) / se) for d, se in tested]
+        pvals = [2.0 * _tail_sf(abs(d) / se, cfg.tail_dof) for d, se in tested]
         qvals = bh_qvalues(pvals)
+        k_case = cfg.k_case
         for (case, d, _, ctrl, clk), (td, tse), p, q in zip(rows, tested, pvals, qvals, strict=True):
-            thr = max(cfg.log_min_effect, cfg.k * tse)
+            thr = max(cfg.log_min_effect, k_case * tse)
             moved = abs(td) >= thr and q <= cfg.fdr
             sigma = noise.sigma(case, cfg.prior_sigma)
             throttled = case in run.throttled
@@ -543,7 +694,7 @@ class Series:
             if x is not None and vals:
                 d = x - statistics.median(vals)
                 sigma = noise.sigma(SUITE, cfg.prior_sigma)
-                se = sigma * math.sqrt(1.0 + (math.pi / 2.0) / len(vals))
+                se = sigma * _se_factor(len(vals))
                 thr = max(cfg.log_min_effect, cfg.k * se)
                 p = 2.0 * _norm_sf(abs(d) / se)
                 ctrls = [out.cases[c].control_change for c in common]
@@ -609,16 +760,17 @@ class Series:
         if not pairs:
             step = self._step(step_id, run.commit, parent, "ambiguous", screen.direction, screen, {}, None, None)
             return Decision("ambiguous", "moved at screening; every re-measurement was throttled (NVML)", step)
-        zc = _norm_ppf(1.0 - cfg.alpha_confirm / (2.0 * max(1, len(tested))))
+        q = 1.0 - cfg.alpha_confirm / (2.0 * max(1, len(tested)))
         conf: dict[str, CaseConfirmation] = {}
         for case in tested:
             sigma = noise.sigma_pair(case, cfg.prior_sigma)
+            zc = _t_ppf(q, noise.pair_dof(case))
             c = self._confirm_case(case, pairs, screen.screened_change(case), sigma, zc)
             if c is not None:
                 conf[case] = c
         suite_conf = None
         if screen.suite is not None and screen.suite.moved and len(conf) == len(screen.cases):
-            z1 = _norm_ppf(1.0 - cfg.alpha_confirm / 2.0)
+            z1 = _t_ppf(1.0 - cfg.alpha_confirm / 2.0, noise.pair_dof(SUITE))
             suite_conf = self._confirm_suite(list(conf), pairs, screen.suite.change, noise, z1)
         confirmed = {c: x for c, x in conf.items() if x.confirmed}
         suite_ok = suite_conf is not None and suite_conf.confirmed
@@ -638,10 +790,13 @@ class Series:
             )
             msg = f"not reproduced: moved at screening, not in {len(pairs)} interleaved pairs{why}{detail}"
             return Decision("not_reproduced", msg, step, confirmation=conf, suite_confirmation=suite_conf)
-        if suite_ok:  # a change of the whole suite: every case that moved its way by half the minimum effect
-            assert suite_conf is not None
+        if suite_ok:  # a change of the whole suite: every case that moved its way by half the minimum effect,
+            assert suite_conf is not None  # its own interval (not Bonferroni's) excluding 0
             for c, x in conf.items():
-                if (x.log_mean > 0) == (suite_conf.log_mean > 0) and abs(x.log_mean) >= 0.5 * cfg.log_min_effect:
+                own = _t_ppf(1.0 - cfg.alpha_confirm / 2.0, noise.pair_dof(c)) * x.se
+                if (x.log_mean > 0) == (suite_conf.log_mean > 0) and abs(x.log_mean) >= max(
+                    0.5 * cfg.log_min_effect, own
+                ):
                     confirmed.setdefault(c, x)
         slower = any(x.log_mean > 0 for x in confirmed.values() if x.confirmed) or (
             suite_ok and suite_conf is not None and suite_conf.log_mean > 0
@@ -948,11 +1103,15 @@ class Series:
             if j >= n or j < cfg.late_min_points:
                 continue
             d = float(np.median(y[j:]) - np.median(y[:j]))
-            sigma = noise.sigma(case, cfg.prior_sigma)
+            sigma = noise.sigma_settled(case, cfg.prior_sigma)
             se = sigma * math.sqrt((math.pi / 2.0) * (1.0 / j + 1.0 / (n - j)))
             z = abs(d) / se
             at = keep[j]  # the first point seen at the new level
-            if abs(d) < cfg.log_min_effect or z < cfg.k_late or seg[at].commit in tried:
+            if (
+                abs(d) < math.log1p(max(cfg.min_effect, cfg.late_min_effect))
+                or z < cfg.k_late
+                or seg[at].commit in tried
+            ):
                 continue
             if best is None or z > best[0]:
                 best = (z, at, case, d)
@@ -1026,7 +1185,7 @@ class Series:
             for _, r in runs:
                 self.add_run(r, before=own.commit)
             pairs = pair_up(runs)
-            noise = self.noise(own.kernel)
+            noise = estimate_noise(self.points, self.steps, [*self.cases(), *own.kernel], self.cfg, judged=own.commit)
         decision = self.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
         if known is not None:
             decision = self._join(known, screen, decision)

@@ -49,7 +49,10 @@ def test_a_confirmed_slowdown_opens_one_step_and_the_next_commit_passes(db: Data
     assert set(cases["case"]) == set(NAMES) and (cases["lo"] > 0).all()
     assert (cases["after_us"] > cases["before_us"]).all()
     nxt = judge_run(db, lab.run("c9", 1.05), ancestry=commits[::-1], confirm=lab.confirmer({}))
-    assert nxt.verdict == "pass", nxt.message
+    # not blamed again: it passes, or (spreads measured on seven commits may be low) its screened move does not
+    # reproduce; no second step opens
+    assert nxt.verdict in ("pass", "not_reproduced"), nxt.message
+    assert (queries.changes(db)["status"] == "open").sum() == 1
     vc = queries.verdict_cases(db, slow).set_index("case")
     assert vc.loc["__suite__", "confirmed"] and vc.loc["B1_S256", "confirmed_lo"] > 0
     noise = {r.case_name: r for r in _noise(db)}

@@ -28,7 +28,7 @@ SLOWER = {**FASTER, "B8_S256": 1.10}  # the confirmed regression at c14: one mor
 
 def _levels() -> dict[str, float | dict[str, float]]:
     out: dict[str, float | dict[str, float]] = {c: 1.0 for c in chain(8)}
-    out["c8"] = 0.985  # a lucky run: every case 1.5 % faster, within the noise of its level
+    out["c8"] = 0.995  # a lucky run: every case 0.5 % faster, below the minimum effect (1 %)
     out.update({c: FASTER for c in chain(14)[9:]})
     out.update({c: SLOWER for c in chain(16)[14:]})
     return out
@@ -92,7 +92,9 @@ def test_a_confirmed_improvement_sets_one_record_event_per_case_it_moved(scenari
     per_case = ev.groupby("case").size().to_dict()
     moved = {c: n for c, n in per_case.items() if c != SUITE}
     assert moved == {"B1_S256": 1, "B4_S128": 1}, per_case
-    assert per_case.get(SUITE, 0) <= 1  # the suite (3.4 % faster) once: by the improvement or its level
+    # the suite (3.4 % faster): by the improvement, and by its level where that is faster beyond noise (half
+    # the minimum effect: 0.5 %) than the improvement's paired estimate
+    assert per_case.get(SUITE, 0) <= 2
     cases = ev[ev["case"] != SUITE].set_index("case")
     assert set(cases["commit"]) == {"c9"} and set(cases["basis"]) == {"improvement"}
     assert (cases["new_us"] < 0.93 * cases["previous_us"]).all() and (cases["new_hi_us"] < cases["previous_us"]).all()
