@@ -423,16 +423,17 @@ def judge_run(
             decision, fixes=[], message=decision.message.replace("; fixes the step(s)", "; would fix the step(s)")
         )
     judgement = _judgement(info, run_id, screen, decision, statuses, noise)
+    out = RunVerdict(
+        run_id,
+        decision.verdict,
+        decision.message,
+        decision.step.step_id if decision.step else None,
+        earlier=decision.earlier,
+        case_statuses=seen,
+    )
     if base is not None:  # a pull request's series never moves main's: no fixes, withdrawals, records or levels
         record_judgement(db, judgement)
-        return RunVerdict(
-            run_id,
-            decision.verdict,
-            decision.message,
-            decision.step.step_id if decision.step else None,
-            earlier=decision.earlier,
-            case_statuses=seen,
-        )
+        return out
     if judgement.step is not None and parent is not None:
         judgement.ancestors = chain[1:]
     record_judgement(db, judgement)
@@ -447,14 +448,6 @@ def judge_run(
         k=cfg.k,
         min_effect=cfg.min_effect,
         observed_at=info.get("started_at"),
-    )
-    out = RunVerdict(
-        run_id,
-        decision.verdict,
-        decision.message,
-        decision.step.step_id if decision.step else None,
-        earlier=decision.earlier,
-        case_statuses=seen,
     )
     if late and runs is not None and decision.earlier is None:  # not while the change waits for its culprit
         out.late = _late_step(db, info, series, runs)
