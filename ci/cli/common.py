@@ -22,10 +22,10 @@ from ci.service.executors.base import EXECUTOR_KINDS, ExecutorUnavailable, Measu
 from ci.service.fleet import detect_gpu_model
 from ci.service.gitutil import GitError
 from ci.service.runner import EXIT_INFRA, EXIT_USAGE, JobReport, JobRunner, JobRunnerConfig, exit_code_for
-from ci.service.triggers import guess_branch, pull_request_bases, resolve_revisions
+from ci.service.triggers import enqueue_commits, guess_branch, pull_request_bases, resolve_revisions
 from ci.verdict.rules import JudgeConfig
 from storage.db import CatalogUnreachableError, DatabaseLockedError, StorageError, open_database
-from storage.jobs import enqueue, get_job
+from storage.jobs import get_job
 from storage.queries import step_cases, verdict
 
 if TYPE_CHECKING:  # the heavy modules (pandas, the runner, the judge) load inside the functions that use them
@@ -343,16 +343,14 @@ def run_commit_now(
     branch = branch or guess_branch(source, sha)
     config = runner_config(args)
     config.gpu_model = config.gpu_model or detect_gpu_model(config.gpu)
-    merge = pull_request_bases(source, [sha], base).get(sha) if base else None
-    ids = []
-    if merge is not None:
-        base_id, _ = enqueue(db, canon, merge, trigger="base", gpu_model=config.gpu_model)
-        echo(f"job {base_id}: {merge[:12]}, the merge-base of {sha[:12]} with {base} (main's line)")
-        ids.append(base_id)
-    job_id, _ = enqueue(
-        db, canon, sha, branch=branch, trigger="manual", force=True, gpu_model=config.gpu_model, base=merge
+    bases = pull_request_bases(source, [sha], base) if base else None
+    queued = enqueue_commits(
+        db, canon, [sha], branch=branch, trigger="manual", force=True, bases=bases, gpu_model=config.gpu_model
     )
-    ids.append(job_id)
+    for q in queued[:-1]:  # the merge-base, queued first as main's commit
+        echo(f"job {q.job_id}: {q.commit[:12]}, the merge-base of {sha[:12]} with {base} (main's line)")
+    ids = [q.job_id for q in queued]
+    job_id, merge = queued[-1].job_id, queued[-1].base
     runner = JobRunner(db, config, echo=echo)
     against = f", judged against the level of {merge[:12]}" if merge else ""
     echo(f"job {job_id}: {sha[:12]} of {canon}{against} with the {runner.executor.name} executor into {db.path}")

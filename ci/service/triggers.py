@@ -88,6 +88,7 @@ def enqueue_commits(
     trigger: str,
     force: bool = False,
     bases: dict[str, str] | None = None,
+    gpu_model: str | None = None,
 ) -> list[Queued]:
     """Queue each commit, oldest first. ``bases`` (``pull_request_bases``): a pull request's commits and their
     merge-bases; each merge-base is queued first as main's commit (not again when it was), then the commit is
@@ -96,9 +97,11 @@ def enqueue_commits(
     for sha in commits:
         base = (bases or {}).get(sha)
         if base is not None:
-            job_id, created = enqueue(db, repo, base, branch=None, trigger="base")
+            job_id, created = enqueue(db, repo, base, branch=None, trigger="base", gpu_model=gpu_model)
             out.append(Queued(job_id, base, created, base_of=sha))
-        job_id, created = enqueue(db, repo, sha, branch=branch, trigger=trigger, force=force, base=base)
+        job_id, created = enqueue(
+            db, repo, sha, branch=branch, trigger=trigger, force=force, gpu_model=gpu_model, base=base
+        )
         out.append(Queued(job_id, sha, created, base=base))
     return out
 
