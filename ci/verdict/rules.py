@@ -66,7 +66,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from storage.schema import BOUNDARY_STATUSES, SUITE
@@ -360,7 +360,7 @@ def estimate_noise(
     cases: Iterable[str],
     cfg: JudgeConfig,
     *,
-    judged: str | None = None,
+    judged: Collection[str] = (),
 ) -> Noise:
     """The noise model of a series from its points (oldest first) and steps; every spread is pooled with the
     prior (``prior_weight`` observations) and floored.
@@ -374,12 +374,13 @@ def estimate_noise(
     outlier there); pair: the A/A spreads of runs of one commit measured in the same job (confirmation
     re-runs, deviations from their job's mean), with the settled spread as a prior worth at most
     ``pair_prior_weight`` observations; dof_pair: the observations behind the pair spread (the settled
-    spread's and the A/A runs'). ``judged``: the commit being judged, whose confirmation runs are in
-    ``points``: its A/A runs count, its figures are no part of a level (they hold the change under test)."""
+    spread's and the A/A runs'). ``judged``: the commits under test (the one being judged, and an unjudged
+    parent it was re-measured against), whose confirmation runs are in ``points``: their A/A runs count, their
+    figures are no part of a level (they hold the change under test)."""
     boundaries = {s.commit for s in steps if s.is_boundary}
     segments: list[list[Point]] = [[]]
     for p in points[-cfg.noise_points :]:
-        if p.commit == judged:
+        if p.commit in judged:
             continue
         if p.commit in boundaries and segments[-1]:
             segments.append([])
@@ -644,6 +645,13 @@ class Series:
             self._noise = estimate_noise(self.points, self.steps, [*self.cases(), *extra], self.cfg)
         return self._noise
 
+    def _noise_without(self, commit: str, cases: Iterable[str]) -> Noise:
+        """The noise model to judge ``commit`` with: its own runs already in the series (re-measured as an unjudged
+        parent of a child judged first) hold the change under test, and are no part of it."""
+        if all(p.commit != commit for p in self.points):
+            return self.noise(cases)
+        return estimate_noise(self.points, self.steps, [*self.cases(), *cases], self.cfg, judged={commit})
+
     # -- screening
     def screen(self, run: RunFigures, noise: Noise | None = None, *, level: Sequence[Point] | None = None) -> Screen:
         """Compare one run with the level of its commit (``run.commit`` need not be a point yet), or ``level``."""
@@ -778,7 +786,7 @@ class Series:
             why = " (the in-run baselines moved too: machine drift)" if screen.drift else ""
             worst = max(conf.values(), key=lambda x: abs(x.log_mean), default=None)
             detail = f"; re-measured {worst.case} {_pct(worst.change.change)}" if worst else ""
-            if parent is not None and parent not in screen.level_commits and self._measures_like(screen, pairs):
+            if parent is not None and parent not in screen.level_commits and self._measures_like(screen, pairs, noise):
                 msg = (
                     f"moved at screening, and so did its parent {parent[:12]} in {len(pairs)} interleaved pairs: "
                     f"the change lies in an earlier, not yet judged commit ({parent[:12]} or before), not in this "
@@ -820,12 +828,15 @@ class Series:
             msg += f"; fixes the step(s) at {', '.join(self._step_commit(s)[:12] for s in fixes)}"
         return Decision(verdict, msg, step, fixes, conf, suite_conf)
 
-    def _measures_like(self, screen: Screen, pairs: Sequence[tuple[RunFigures, RunFigures]]) -> bool:
-        """The parent's runs of the pairs moved against the run's level the run's way (at least half of them)."""
+    def _measures_like(self, screen: Screen, pairs: Sequence[tuple[RunFigures, RunFigures]], noise: Noise) -> bool:
+        """The parent's runs of the pairs moved against the run's level the run's way (at least half of them),
+        screened with the judging's noise model (the parent's own runs are no part of it: they hold the change)."""
         level = [self.points[i] for i in (self.index_of(c) for c in screen.level_commits) if i is not None]
         parents = [a for a, _ in pairs]
         same = [
-            s for s in (self.screen(a, level=level) for a in parents) if s.moved and s.direction == screen.direction
+            s
+            for s in (self.screen(a, noise, level=level) for a in parents)
+            if s.moved and s.direction == screen.direction
         ]
         return bool(parents) and 2 * len(same) >= len(parents)
 
@@ -1167,7 +1178,7 @@ class Series:
         that already has a confirmed step is not re-measured: it joins that step (``_join``). ``on_suspect``
         gets the pending step before the re-measurement (the runner stores it, so a watcher sees "suspect"
         meanwhile)."""
-        noise = self.noise(own.kernel)
+        noise = self._noise_without(own.commit, own.kernel)
         screen = self.screen(own, noise)
         newest = screen.level_commits[-1] if screen.level_commits else None
         parent = parent or newest
@@ -1185,7 +1196,8 @@ class Series:
             for _, r in runs:
                 self.add_run(r, before=own.commit)
             pairs = pair_up(runs)
-            noise = estimate_noise(self.points, self.steps, [*self.cases(), *own.kernel], self.cfg, judged=own.commit)
+            under_test = {own.commit} | ({parent} if parent not in screen.level_commits else set())
+            noise = estimate_noise(self.points, self.steps, [*self.cases(), *own.kernel], self.cfg, judged=under_test)
         decision = self.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
         if known is not None:
             decision = self._join(known, screen, decision)

@@ -12,7 +12,7 @@ import pytest
 
 from ci.service.executors import choose_executor
 from ci.service.executors.base import MeasureOptions
-from ci.service.executors.docker import HISTORY_LABEL, LABEL, OWNER_LABEL, DockerExecutor, owner_id
+from ci.service.executors.docker import HISTORY_LABEL, LABEL, OWNER_LABEL, DockerExecutor, owner_id, remove_all
 from ci.service.executors.local import LocalExecutor
 from ci.service.runner import outcome_of
 from storage.jobs import process_start, this_host
@@ -220,3 +220,24 @@ def test_a_commits_image_is_built_once_and_reused(repo: ProjectRepo, executor: D
     assert tag.startswith(f"solci-run:{repo.head()}-")
     harness = executor.harness_image([])
     assert harness and tag.endswith(harness.rsplit(":", 1)[1])
+
+
+def test_what_the_engine_refuses_to_remove_is_retried_and_named_never_dropped(executor: DockerExecutor) -> None:
+    """CI (stop 25) found a measuring container left behind after a run: removal errors were swallowed. A volume
+    its container still holds is refused; ``remove_all`` retries, then names it; removing the container first
+    removes both; what is gone already counts as removed."""
+    labels = {LABEL: "gputest", HISTORY_LABEL: executor.history, OWNER_LABEL: owner_id()}
+    volume = executor.client.volumes.create(name=f"solci-test-held-{owner_id().replace(':', '-')}", labels=labels)
+    container = executor.client.containers.create(
+        "solci-base:bookworm", ["true"], labels=labels, network_mode="none", volumes={volume.name: {"bind": "/out"}}
+    )
+    try:
+        left = remove_all([volume], attempts=2, pause_s=0.01)
+        assert len(left) == 1 and left[0].startswith(f"{volume.name}: "), left
+        assert remove_all([container, volume], pause_s=0.01) == []
+        assert remove_all([container, volume], pause_s=0.01) == []  # gone already
+        names = {c.name for c in executor.client.containers.list(all=True, filters={"label": "solci.gpu=gputest"})}
+        assert container.name not in names
+        assert volume.name not in {v.name for v in executor.client.volumes.list()}
+    finally:
+        remove_all([container, volume], pause_s=0.01)

@@ -21,7 +21,7 @@ import pytest
 from ci.harness import sandbox
 from ci.harness.sandbox import probe
 from ci.service.executors.base import MeasureOptions
-from ci.service.executors.docker import DockerExecutor
+from ci.service.executors.docker import LABEL, OWNER_LABEL, DockerExecutor, owner_id
 from ci.service.executors.local import LocalExecutor
 from ci.verdict.apply import judge_run
 from problem.workload import t_sol_us
@@ -148,7 +148,10 @@ def test_hostile_commit_in_the_docker_executor_changes_nothing(scene, tmp_path: 
     _forgery_caught(res.doc)
     r = reports("\n".join(c["error"] or "" for c in res.doc["cases"]))[0]
     assert r["network"].startswith("refused") and r["write_history"].startswith("refused")
-    assert not ex.client.containers.list(all=True, filters={"label": "solci.gpu=gpuh"})
+    # what this run made is gone (a container another, killed test run left is cleanup_stale's: CI saw one)
+    mine = [f"{OWNER_LABEL}={owner_id()}", f"{LABEL}=gpuh"]
+    assert not ex.client.containers.list(all=True, filters={"label": mine})
+    assert not ex.client.volumes.list(filters={"label": mine})
 
 
 # ------------------------------------------------------------------------------------------------ forgeries

@@ -57,6 +57,26 @@ def test_a_child_judged_before_its_culprit_is_not_blamed_and_the_culprit_gets_th
     assert queries.changes(db).iloc[0]["parent_commit"] == "c5"
 
 
+def test_on_a_short_history_the_child_passes_and_its_culprit_is_still_blamed(db: Database) -> None:
+    """CI (stop 25) saw the gap's two halves fail on a series of four commits: the parent's re-measurements (the
+    change itself) were counted as the series' noise, so the child's parent did not measure like it ("not
+    reproduced": the culprit was never queued), and the culprit then passed a 2x slowdown "within noise" of a
+    level its own runs had blown up. The runs of the commits under test are no part of the noise they are
+    judged with."""
+    lab = Lab(db)
+    for n_level in (2, 3):
+        for k in range(2):
+            commits = [f"n{n_level}k{k}c{i}" for i in range(n_level + 2)]
+            culprit, child = commits[-2:]
+            lv = dict.fromkeys(commits, 1.0) | {culprit: 2.0, child: 2.0}
+            for c in commits[:n_level]:
+                judge(db, lab, commits, lv, c)
+            first = judge(db, lab, commits, lv, child)
+            assert first.verdict == "pass" and culprit in first.message and "earlier" in first.message, first.message
+            blamed = judge(db, lab, commits, lv, culprit)
+            assert blamed.verdict == "regressed", (n_level, k, blamed.message)
+
+
 def test_a_child_with_its_own_change_over_an_unjudged_parent_is_blamed_for_its_own_part(db: Database) -> None:
     """c6 +6 % (not measured yet), c7 another +6 %: c7 is confirmed against c6 and blamed for its own step."""
     lab = Lab(db)

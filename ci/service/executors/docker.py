@@ -469,16 +469,13 @@ class DockerExecutor:
             status, code = self._wait(container, timeout)
             log = container.logs(stdout=True, stderr=True).decode(errors="replace")
             fetched = self._fetch(container, fetch) if fetch and status == "ok" else None
-            return ContainerRun(status, code, log, fetched)
+            run = ContainerRun(status, code, log, fetched)
         except Exception as exc:
-            return ContainerRun("error", None, f"[solci] docker run failed: {exc.__class__.__name__}: {exc}", None)
-        finally:
-            for thing in (container, volume):
-                if thing is not None:
-                    try:
-                        thing.remove(force=True)
-                    except Exception:
-                        pass
+            run = ContainerRun("error", None, f"[solci] docker run failed: {exc.__class__.__name__}: {exc}", None)
+        left = remove_all([container, volume])
+        if left:
+            run.log += f"\n[solci] left for cleanup_stale: {'; '.join(left)}"
+        return run
 
     def _wait(self, container: Any, timeout: float) -> tuple[str, int | None]:
         deadline = time.monotonic() + timeout
@@ -536,6 +533,27 @@ class DockerExecutor:
             except Exception:
                 pass
         return removed
+
+
+def remove_all(things: list[Any], attempts: int = 5, pause_s: float = 0.2) -> list[str]:
+    """Remove each container or volume (forced), retrying what the engine refuses for a moment (a removal
+    already in progress, a volume its container still holds); one gone already counts as removed. What could
+    not be removed, each as "NAME: why" (``cleanup_stale`` takes it later)."""
+    not_found = _docker().errors.NotFound
+    left: list[str] = []
+    for thing in (t for t in things if t is not None):
+        for attempt in range(attempts):
+            try:
+                thing.remove(force=True)
+                break
+            except not_found:
+                break
+            except Exception as exc:
+                if attempt == attempts - 1:
+                    left.append(f"{getattr(thing, 'name', thing)}: {exc}")
+                else:
+                    time.sleep(pause_s * 2**attempt)
+    return left
 
 
 def _follow_logs(container: Any, follow: Progress) -> None:
