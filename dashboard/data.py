@@ -382,11 +382,56 @@ def attention_run(win: pd.DataFrame) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ changes
-def commit_run(db: Database, commit: str) -> dict | None:
+def commit_run(db: Database, commit: str, base: str | None = None) -> dict | None:
     """The run the dashboard opens on for ``?commit=SHA`` (a sha or a prefix, as ``solci report`` links it): that
-    commit's newest run measured for its own sake, a GPU run first (hardware, protocol, run_id ...); None when the
-    commit was never measured. StorageError when the prefix names several commits."""
-    return queries.commit_run(db, commit)
+    commit's newest run measured for its own sake, a GPU run first (hardware, protocol, run_id, base ...), main's
+    before a pull request's; with ``base`` (``&base=SHA``) its run judged against that merge-base. None when the
+    commit was never measured so. StorageError when the prefix names several commits."""
+    return queries.commit_run(db, commit, base=base)
+
+
+def pull_request_report(db: Database, commit: str, base: str) -> dict | None:
+    """What a pull request's run of ``commit`` judged against its merge-base ``base`` says (as ``solci report
+    --base``): its run with its verdict, its step, and the moved cases (queries.commit_report)."""
+    return queries.commit_report(db, commit, base=base)
+
+
+def pull_requests(db: Database, hardware: str) -> pd.DataFrame:
+    """The pull requests' runs of ``hardware``, newest first (queries.pull_request_runs)."""
+    return queries.pull_request_runs(db, hardware=hardware)
+
+
+def pull_requests_table(prs: pd.DataFrame) -> pd.DataFrame:
+    """One row per pull request's run, newest first: time, branch, commit, the merge-base it was judged against,
+    verdict, cases moved, suite change with its interval, the worst case, and the dashboard's link to it."""
+    cols = [
+        "time",
+        "branch",
+        "commit",
+        "merge-base",
+        "verdict",
+        "moved",
+        "suite change [interval]",
+        "worst case",
+        "open",
+    ]
+    rows = []
+    for r in prs.to_dict("records"):
+        worst = fmt.DASH if fmt.missing(r["worst_case"]) else f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
+        rows.append(
+            {
+                "time": r["started_at"],
+                "branch": "" if fmt.missing(r["branch"]) else str(r["branch"]),
+                "commit": fmt.short(r["commit"]),
+                "merge-base": fmt.short(r["base"]),
+                "verdict": fmt.DASH if fmt.missing(r["verdict"]) else str(r["verdict"]),
+                "moved": _moved(r["cases_moved"], r["n_cases"]),
+                "suite change [interval]": fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
+                "worst case": worst,
+                "open": f"?commit={r['commit']}&base={r['base']}",
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
 
 
 def changes(db: Database, sel: Selection) -> pd.DataFrame:

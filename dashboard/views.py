@@ -57,6 +57,11 @@ def _changes(path: str, token: tuple, sel: Selection) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
+def _pull_requests(path: str, token: tuple, hardware: str) -> pd.DataFrame:
+    return data.pull_requests(data.open_db(path), hardware)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
 def _step_cases(path: str, token: tuple, step_id: str) -> pd.DataFrame:
     return data.step_cases(data.open_db(path), step_id)
 
@@ -144,8 +149,10 @@ def render(path: Path) -> None:
         _jobs_section(key, token)
         return
     names = data.protocol_names(summary)
-    _open_on_commit(key)
+    opened = _open_on_commit(key)
     sel = _sidebar(summary, names)
+    if opened is not None and opened.get("base"):
+        _pull_request_panel(key, opened)
     win = _series(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
     if win.empty:
@@ -176,21 +183,68 @@ def render(path: Path) -> None:
     preload.mount()  # the charting library, fetched once the browser is idle
 
 
-def _open_on_commit(key: str) -> None:
-    """``?commit=SHA`` (the link of ``solci report``): select that commit's newest run (its hardware, protocol,
-    all branches), once per commit asked for; the sidebar then works as usual. A commit never measured is said."""
-    wanted = st.query_params.get("commit")
-    if not wanted or st.session_state.get("opened-commit") == wanted:
-        return
-    st.session_state["opened-commit"] = wanted
-    found = data.commit_run(data.open_db(key), str(wanted))
+def _open_on_commit(key: str) -> dict | None:
+    """``?commit=SHA`` (the link of ``solci report``; ``&base=SHA``: its run judged against that merge-base):
+    select that commit's newest run (its hardware, protocol, all branches), once per link; the sidebar then works
+    as usual. A pull request's run is no point of main's series: the page selects its merge-base's run, and the
+    run found is returned for its panel. A commit never measured is said."""
+    wanted, base = st.query_params.get("commit"), st.query_params.get("base")
+    if not wanted:
+        return None
+    if st.session_state.get("opened-commit") == (wanted, base):
+        return st.session_state.get("opened-run")
+    st.session_state["opened-commit"] = (wanted, base)
+    db = data.open_db(key)
+    found = st.session_state["opened-run"] = data.commit_run(db, str(wanted), str(base) if base else None)
     if found is None:
-        st.warning(f"Commit {fmt.code(fmt.short(wanted, 12))} (from the link) was never measured in this history.")
-        return
+        against = f" against the merge-base {fmt.code(fmt.short(base, 12))}" if base else ""
+        st.warning(
+            f"Commit {fmt.code(fmt.short(wanted, 12))} (from the link) was never measured{against} in this history."
+        )
+        return None
     st.session_state["hardware"] = found["hardware"]
     st.session_state["protocol"] = found["protocol"]
     st.session_state["branch"] = ALL_BRANCHES
-    st.session_state["run"] = found["run_id"]
+    shown = data.commit_run(db, found["base"]) if found.get("base") else found
+    if shown is not None and shown["hardware"] == found["hardware"] and shown["protocol"] == found["protocol"]:
+        st.session_state["run"] = shown["run_id"]
+    return found
+
+
+def _pull_request_panel(key: str, found: dict) -> None:
+    """A pull request's run (from the link): its verdict against its merge-base's level and the cases it moved,
+    as `solci report --base` says it; the page below shows main's line, on the merge-base's run."""
+    rows = data.pull_request_report(data.open_db(key), found["commit"], found["base"])
+    if rows is None:
+        return
+    run = rows["run"]
+    verdict = fmt.DASH if fmt.missing(run.get("verdict")) else str(run["verdict"])
+    st.info(
+        f"**Pull request run** of {fmt.code(fmt.short(run['commit'], 12))} on {fmt.code(run['branch'] or 'no branch')}"
+        f", judged against the level of its merge-base {fmt.code(fmt.short(run['base'], 12))} on main: "
+        f"**{fmt.md(verdict)}**. Its runs are no points of main's series; below, main's line on the merge-base."
+    )
+    if not fmt.missing(run.get("message")):
+        st.text(str(run["message"]))
+    moved = rows["moved"]
+    if moved.empty:
+        return
+    view = moved.assign(
+        case=moved["case"].map(charts.case_title),
+        change=[fmt.interval(c, lo, hi) for c, lo, hi in zip(moved["change"], moved["lo"], moved["hi"], strict=True)],
+    )[["case", "change", "before_us", "after_us"]]
+    st.dataframe(
+        view,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="pr-moved",
+        height=_rows(len(view)),
+        column_config={
+            "change": st.column_config.TextColumn("change [interval]"),
+            "before_us": st.column_config.NumberColumn(f"merge-base level ({charts.US})", format="%.2f"),
+            "after_us": st.column_config.NumberColumn(f"pull request ({charts.US})", format="%.2f"),
+        },
+    )
 
 
 def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
@@ -486,7 +540,12 @@ def _changes_section(key: str, token: tuple, sel: Selection) -> None:
     ch = _changes(key, token, sel)
     if ch.empty:
         st.success("No change of level stored for this selection: every judged run stayed within noise.")
-        return
+    else:
+        _steps_view(key, token, ch)
+    _pull_requests_section(key, token, sel)
+
+
+def _steps_view(key: str, token: tuple, ch: pd.DataFrame) -> None:
     statuses = [s for s in data.STEP_STATUSES if s in set(ch["status"])]
     chosen = st.multiselect("Status", statuses, default=statuses, key="change-status")
     ch = ch[ch["status"].isin(chosen)].reset_index(drop=True)
@@ -522,6 +581,29 @@ def _changes_section(key: str, token: tuple, sel: Selection) -> None:
             "before_us": st.column_config.NumberColumn(f"level before ({charts.US})", format="%.2f"),
             "after_us": st.column_config.NumberColumn(f"level after ({charts.US})", format="%.2f"),
         },
+    )
+
+
+def _pull_requests_section(key: str, token: tuple, sel: Selection) -> None:
+    """Pull requests' runs of the selection's hardware, each judged against its merge-base (never a step of main's
+    line); a row's link opens its panel."""
+    prs = _pull_requests(key, token, sel.hardware)
+    if prs.empty:
+        return
+    st.subheader(f"Pull requests — {fmt.md(sel.hardware)}")
+    st.caption(
+        "Each pull request's run, newest first, judged against the level of its merge-base on main; its steps "
+        "never move main's levels or records. `solci flags --pull-requests` lists their steps, "
+        "`solci report SHA --base main` says it as the pull request's comment does."
+    )
+    table = data.pull_requests_table(prs)
+    st.dataframe(
+        table,
+        hide_index=True,
+        placeholder=fmt.DASH,
+        key="pull-requests-table",
+        height=_rows(len(table)),
+        column_config={"open": st.column_config.LinkColumn("open", display_text="open")},
     )
 
 

@@ -533,14 +533,15 @@ def _step_listing(db: Database, where: list[str], params: dict, *, limit: int | 
     by creation, one row each: step_id, commit, parent_commit, run_id, status, direction, detected_by,
     cases_moved, n_cases, suite_change/lo/hi, worst_case, worst_change (the case that moved most), fixed_by (step
     id) and fixed_by_commit, ack_reason, ack_at, message, branch, hardware, protocol, created_at, started_at (of
-    the culprit's run). Newest first: by creation, or (``by_run``) by the culprit run's start."""
+    the culprit's run), base (the merge-base a pull request's step was judged against; None on main's line).
+    Newest first: by creation, or (``by_run``) by the culprit run's start."""
     lim = "" if limit is None else f"LIMIT {int(limit)}"
     order = "coalesce(sel.started_at, sel.created_at) DESC, " if by_run else ""
     with db.read() as conn:
         return conn.execute(
             f"""
             WITH sel AS (
-                SELECT s.*, r.started_at FROM steps s LEFT JOIN runs r ON r.run_id = s.run_id
+                SELECT s.*, r.started_at, r.base FROM steps s LEFT JOIN runs r ON r.run_id = s.run_id
                 {_where(where)} ORDER BY s.created_at DESC, s.step_id DESC {lim}
             ),
             worst AS (
@@ -552,7 +553,7 @@ def _step_listing(db: Database, where: list[str], params: dict, *, limit: int | 
                    sel.detected_by, sel.cases_moved, sel.n_cases, sel.suite_change, sel.suite_lo, sel.suite_hi,
                    worst.worst_case, worst.worst_change, sel.fixed_by, f."commit" AS fixed_by_commit, sel.ack_reason,
                    sel.ack_at, sel.message, sel.branch, sel.hardware_label AS hardware, sel.protocol, sel.created_at,
-                   sel.started_at
+                   sel.started_at, sel.base
             FROM sel LEFT JOIN worst ON worst.step_id = sel.step_id
             LEFT JOIN steps f ON f.step_id = sel.fixed_by
             ORDER BY {order}sel.created_at DESC, sel.step_id DESC
@@ -568,11 +569,13 @@ def changes(
     status: str | None = None,
     commit: str | None = None,
     limit: int | None = None,
+    pull_requests: bool = False,
 ) -> pd.DataFrame:
     """Every detected step of main's line, newest first (by creation), one row each with the columns of
-    ``series_changes`` (a pull request's steps are its report's, never a change of main's level).
+    ``series_changes`` (a pull request's steps are its report's, never a change of main's level); with
+    ``pull_requests`` the steps of pull requests' runs instead (each against its merge-base, ``base``).
     Filters: hardware label or GPU model, status, commit prefix."""
-    where: list[str] = ["r.base IS NULL"]
+    where: list[str] = ["r.base IS NOT NULL" if pull_requests else "r.base IS NULL"]
     params: dict = {}
     if hardware is not None:
         where.append("(s.hardware_label = $hw OR r.gpu_model = $hw)")
@@ -867,6 +870,28 @@ def job_log(db: Database, job_id: int) -> str | None:
     with db.read() as conn:
         row = conn.execute("SELECT coalesce(log, '') FROM jobs WHERE id = ?", [int(job_id)]).fetchone()
     return None if row is None else str(row[0])
+
+
+def pull_request_runs(db: Database, *, hardware: str | None = None, limit: int | None = 50) -> pd.DataFrame:
+    """Pull requests' runs (each judged against its merge-base, ``runs.base``; never points of main's series),
+    newest first: run_id, commit, branch, base, hardware, gpu_model, protocol, started_at, and what judging
+    stored (verdict, n_cases, cases_moved, suite_change/lo/hi, worst_case, worst_change, step_id, message).
+    ``hardware``: a hardware label or GPU model."""
+    where = ["coalesce(r.purpose, 'measure') = 'measure'", "r.base IS NOT NULL"]
+    params: dict = {}
+    if hardware is not None:
+        where.append("(r.hardware_label = $hw OR r.gpu_model = $hw)")
+        params["hw"] = hardware
+    lim = "" if limit is None else f"LIMIT {int(limit)}"
+    with db.read() as conn:
+        return conn.execute(
+            f"""SELECT r.run_id, r."commit", r.branch, r.base, r.hardware_label AS hardware, r.gpu_model, r.protocol,
+                       r.started_at, v.verdict, v.n_cases, v.cases_moved, v.suite_change, v.suite_lo, v.suite_hi,
+                       v.worst_case, v.worst_change, v.step_id, v.message
+                FROM runs r LEFT JOIN verdicts v ON v.run_id = r.run_id
+                {_where(where)} ORDER BY r.started_at DESC, r.seq DESC {lim}""",
+            params,
+        ).df()
 
 
 # --- reports (``solci report``)

@@ -219,14 +219,18 @@ def cmd_flags(args: argparse.Namespace) -> int:
     """Each detected change of level once (newest first); ``--cases``: the cases each one moved."""
 
     db = open_db(args, create=False)
-    df = changes(db, hardware=args.hardware, status=args.status, commit=args.commit, limit=args.limit + 1)
+    prs = args.pull_requests
+    df = changes(
+        db, hardware=args.hardware, status=args.status, commit=args.commit, limit=args.limit + 1, pull_requests=prs
+    )
     more = len(df) > args.limit
     df = df.head(args.limit)
     if df.empty:
         if args.hardware is not None:
             check_filters(db, hardware=args.hardware)
         which = given_filters(commit=args.commit, hardware=args.hardware, status=args.status)
-        print(f"(no changes detected{' for ' + which if which else ''})")
+        whose = " in pull requests" if prs else ""
+        print(f"(no changes detected{whose}{' for ' + which if which else ''})")
         return 0
     view = format_changes(df, ("suite_change", "suite_lo", "suite_hi", "worst_change"))
     view = view.assign(
@@ -244,13 +248,20 @@ def cmd_flags(args: argparse.Namespace) -> int:
             for c, w in zip(df["worst_case"], view["worst_change"], strict=True)
         ],
         created_at=df["created_at"].dt.strftime("%Y-%m-%d %H:%M"),
+        merge_base=df["base"].str[:12],
     )
     cols = ["created_at", "commit", "status", "direction", "detected_by", "moved", "suite", "worst", "hardware"]
+    if prs:  # each against its own merge-base, on the pull request's branch
+        cols[2:2] = ["branch", "merge_base"]
     if not args.cases:
         print_table(view[cols], max_colwidth=60)
     else:
         for row, full in zip(view.itertuples(index=False), df.itertuples(index=False), strict=True):
-            print(f"{row.created_at}  {row.commit}  {row.status}  {row.direction}  suite {row.suite}  ({row.hardware})")
+            against = f"  against merge-base {row.merge_base}" if prs else ""
+            print(
+                f"{row.created_at}  {row.commit}  {row.status}  {row.direction}  suite {row.suite}  ({row.hardware})"
+                f"{against}"
+            )
             print(f"  {visible(full.message)}")
             if isinstance(full.ack_reason, str) and full.ack_reason:
                 print(f"  acknowledged: {visible(full.ack_reason)}")
@@ -429,6 +440,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hardware", help="hardware label or GPU model, e.g. H200")
     p.add_argument("--status", choices=STEP_STATUSES, help="only steps of this status")
     p.add_argument("--cases", action="store_true", help="every change with the cases it moved")
+    p.add_argument(
+        "--pull-requests",
+        action="store_true",
+        help="the steps of pull requests' runs (each judged against its merge-base) instead of main's",
+    )
     p.add_argument("--limit", type=bounded(int, 1), default=50, help="at most N changes (default 50)")
     add_db_argument(p)
     p.set_defaults(func=cmd_flags)

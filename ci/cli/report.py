@@ -151,9 +151,11 @@ class Report:
         return cls(commits=commits, base=d.get("base"))
 
 
-def dashboard_link(base_url: str, commit: str) -> str:
-    """The dashboard opened on ``commit`` (it selects that commit's newest run)."""
-    return f"{base_url.rstrip('/')}/?commit={quote(commit, safe='')}"
+def dashboard_link(base_url: str, commit: str, base: str | None = None) -> str:
+    """The dashboard opened on ``commit`` (it selects that commit's newest run); with ``base``, on its run judged
+    against that merge-base (a pull request's, which the dashboard shows beside main's level)."""
+    link = f"{base_url.rstrip('/')}/?commit={quote(commit, safe='')}"
+    return link if base is None else f"{link}&base={quote(base, safe='')}"
 
 
 def commit_report(
@@ -186,7 +188,7 @@ def commit_report(
     return CommitReport(
         commit=sha,
         measured=True,
-        link=dashboard_link(dashboard_url, sha),
+        link=dashboard_link(dashboard_url, sha, _text(run.get("base"))),
         run_id=_text(run.get("run_id")),
         branch=_text(run.get("branch")),
         hardware=_text(run.get("hardware")),

@@ -47,7 +47,11 @@ from tests.support.history import (
     H200,
     INCORRECT_RUN,
     N_CASES,
+    PR_BASE,
+    PR_CASE,
+    PR_HEAD,
     SLOW_FROM,
+    add_pull_request_run,
     commit_of,
     fill_history,
     run_id_of,
@@ -573,6 +577,33 @@ def test_app_opens_on_the_commit_in_its_url(
     at = _app(monkeypatch, history_db.path, commit="ffffffff")
     assert not at.exception and any("never measured" in w.value for w in at.warning)
     assert at.sidebar.selectbox(key="run").value == run_id_of(CRAFTED_RUN)  # the usual default
+
+
+def test_app_shows_a_pull_request_run_from_its_link(
+    monkeypatch: pytest.MonkeyPatch, history_db: Database, tmp_path: Path
+) -> None:
+    """A pull request's comment links `?commit=HEAD&base=MERGE_BASE`; the PR run is no point of main's series
+    (it was "outside the window"): the page shows its verdict against the merge-base's level and the cases it
+    moved, selects the merge-base's run, and the Changes tab lists the pull requests' runs with their links."""
+    copy = tmp_path / "pr.duckdb"
+    copy.write_bytes(Path(history_db.path).read_bytes())
+    db = open_database(copy, lock_timeout=20)
+    verdict = add_pull_request_run(db)
+    assert verdict == "regressed"
+    head, base = PR_HEAD, PR_BASE
+    at = _app(monkeypatch, copy, commit=head[:10], base=base)
+    assert not at.exception, at.exception
+    panel = [_plain(i.value) for i in at.info if "Pull request run" in i.value]
+    assert len(panel) == 1 and base[:12] in panel[0] and "**regressed**" in panel[0], panel
+    (moved,) = [d.value for d in at.dataframe if "after_us" in d.value.columns]
+    assert list(moved["case"]) == [charts.case_title(PR_CASE)] and moved["change"][0].startswith("+10.0% [")
+    assert at.sidebar.selectbox(key="run").value == run_id_of(11)  # main's line, on the merge-base
+    at = _app(monkeypatch, copy, view="Changes")
+    assert not at.exception
+    (table,) = [d.value for d in at.dataframe if "merge-base" in d.value.columns]
+    assert list(table["commit"]) == [head[:10]] and list(table["open"]) == [f"?commit={head}&base={base}"]
+    at = _app(monkeypatch, copy, commit=head, base=commit_of(3))  # never judged against that merge-base
+    assert not at.exception and any("never measured against the merge-base" in _plain(w.value) for w in at.warning)
 
 
 def test_app_shows_an_acknowledged_step_and_its_reason(

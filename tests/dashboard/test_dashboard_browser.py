@@ -4,7 +4,8 @@ regressed (a confirmed step), drifting, incorrect, crashed and CPU-interpreter r
 
 Every tab of both hardware labels loads without a Streamlit exception or a JavaScript error and is
 screenshotted into ``$SOLCI_SCREENSHOTS`` (default: a temporary folder); a crafted branch name is shown as
-text, never as an image; a click on an Overview row shows that run's cases; and on a synthetic history of
+text, never as an image; a click on an Overview row shows that run's cases; a pull request's link opens its
+panel and the Changes tab lists it; and on a synthetic history of
 10,000 runs (scripts/bench_dashboard.py, report only) the Overview and every tab render for each visitor.
 Behaviour only: how fast they render is the benchmark's to say (its targets, printed beside its figures), not
 the suite's, whose machine may be a busy 2-core one.
@@ -33,7 +34,10 @@ from tests.support.history import (
     CRAFTED_BRANCH,
     CRASHED_RUN,
     H200,
+    PR_BASE,
+    PR_HEAD,
     SLOW_FROM,
+    add_pull_request_run,
     commit_of,
     fill_history,
 )
@@ -86,6 +90,7 @@ def url(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     tmp = tmp_path_factory.mktemp("browser")
     db = open_database(tmp / "history.duckdb", lock_timeout=20)
     fill_history(db)
+    assert add_pull_request_run(db) == "regressed"
     port = bench.free_port()
     proc = bench.serve(db.path, port, tmp / "dashboard.log")
     try:
@@ -146,6 +151,21 @@ class Page:
 
     def close(self) -> None:
         self.page.close()
+
+
+def test_a_pull_request_s_link_opens_its_panel_and_the_changes_tab_lists_it(browser, url: str) -> None:
+    """The link a pull request's comment carries (`solci report --base`): the head's verdict against its
+    merge-base, above main's line; the Changes tab's table of pull requests holds the same link."""
+    page = Page(browser, url)
+    try:
+        page.open(commit=PR_HEAD, base=PR_BASE)
+        text = page.wait_for_text("Pull request run", PR_BASE[:12], "regressed")
+        assert "feature" in text and not page.exceptions()
+        page.click_tab("Changes")
+        page.wait_for_text("Pull requests — NVIDIA H200")
+        assert not page.exceptions() and not page.errors, page.errors
+    finally:
+        page.close()
 
 
 @pytest.mark.parametrize("hardware", [H200, CPU])

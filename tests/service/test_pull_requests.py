@@ -146,6 +146,7 @@ def test_the_report_against_the_base_names_the_moved_case_with_its_interval(worl
     assert float(cells[2]) / float(cells[1]) == pytest.approx(1.1, rel=0.01)
     assert cells[3] == "+10.0%" and cells[4].startswith("[+")
     assert f"judged against: the level of the merge-base {c[3][:12]}, ending at {c[3][:12]}" in out
+    assert f"/?commit={p2}&base={c[3]})" in out  # the dashboard's panel of this run, not main's run of p2
 
 
 def test_the_report_of_a_neutral_pr_commit_and_of_a_main_commit_pass(world: dict, capsys) -> None:
@@ -181,3 +182,24 @@ def test_judging_a_pr_run_along_its_own_line_is_refused(world: dict) -> None:
     run = queries.commit_run(db, p2, base=c[3])["run_id"]
     with pytest.raises(StorageError, match="merge-base"):
         judge_run(db, run, ancestry=[p2, p1, c[3], c[2]])
+
+
+def test_pull_requests_runs_and_steps_are_listed_apart_from_main_s(world: dict, capsys) -> None:
+    """What the dashboard's pull-request table and `solci flags --pull-requests` read: each PR run with its
+    merge-base and verdict, newest first; the PR's step with the merge-base it was judged against."""
+    db, c, p1, p2 = world["db"], world["c"], world["p1"], world["p2"]
+    prs = queries.pull_request_runs(db)
+    assert list(prs["commit"]) == [p2, p1] and set(prs["base"]) == {c[3]} and set(prs["branch"]) == {"feature"}
+    assert list(prs["verdict"]) == ["regressed", "pass"] and prs["worst_case"].iloc[0] == "B4_S128"
+    assert queries.pull_request_runs(db, hardware="no-such-gpu").empty
+    steps = queries.changes(db, pull_requests=True)
+    assert list(steps["commit"]) == [p2] and list(steps["base"]) == [c[3]]
+    code = main(["flags", "--pull-requests", "--cases", "--db", str(db.path)])
+    out = capsys.readouterr().out
+    assert code == 0 and f"{p2[:12]}  open  slower" in out and f"against merge-base {c[3][:12]}" in out, out
+    assert "B4_S128" in out and "B1_S256" not in out  # main's step (c4) is not a pull request's
+    code = main(["flags", "--db", str(db.path)])
+    out = capsys.readouterr().out
+    assert code == 0 and p2[:12] not in out and c[4][:12] in out
+    code = main(["flags", "--pull-requests", "--status", "fixed", "--db", str(db.path)])
+    assert code == 0 and "(no changes detected in pull requests for --status fixed)" in capsys.readouterr().out

@@ -35,7 +35,7 @@ class FakeExecutor:
         what = self.plan[commit]
         started = T0 + timedelta(hours=len(self.calls))
         cases = options.cases.split(";") if options.cases else list(self.cases)
-        common = {"commit": commit, "cases": cases, "started_at": started, "repo": repo}
+        common = {"commit": commit, "cases": cases, "started_at": started, "repo": repo, "branch": branch}
         if what == "pass":
             return Execution("ok", make_result(**common), "measured", 1.0)
         if what == "slow":

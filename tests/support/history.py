@@ -1,6 +1,7 @@
 """A judged history for the dashboard tests: ``fill_history(db)`` stores and judges, as the runner does, H200
 runs on main with a regression, drift, an incorrect and a crashed run, a crafted branch name, CPU-interpreter
-runs and a job queue; the constants name those runs."""
+runs and a job queue; the constants name those runs. ``add_pull_request_run(db)`` adds a pull request's head
+judged against its merge-base on main."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from storage import queries
 from storage.db import Database
 from storage.ingest import ingest_result
 from storage.jobs import claim_next, enqueue, finish
-from tests.support.factories import BASE_TIME, make_result
+from tests.support.factories import BASE_TIME, default_median_us, make_result
 
 H200 = "NVIDIA H200"
 CPU = "cpu-interpreter"
@@ -123,3 +124,21 @@ def fill_history(db: Database) -> dict:
     enqueue(db, "local", "d" * 40, branch="main")
     claim_next(db, "w", "gpu1")
     return {"confirm_runs": confirm_runs, "steps": list(queries.changes(db)["step_id"])}
+
+
+PR_HEAD = "prhead" + "7" * 34
+PR_BASE = commit_of(11)  # main's commit the pull request's branch left from
+PR_CASE = "B4_S128"  # 10 % slower in the pull request
+
+
+def add_pull_request_run(db: Database) -> str:
+    """The head of a pull request (branch ``feature``) off main's run 11, 10 % slower on PR_CASE, stored with its
+    merge-base and judged against that commit's level, as ``solci run --base`` does (screen only). Its verdict."""
+    scale = {c.name: 1.15 * (1.10 if c.name == PR_CASE else 1.0) for c in CASES}
+    medians = {name: default_median_us(name) * f for name, f in scale.items()}
+    doc = make_result(
+        run_id="pr-run", commit=PR_HEAD, medians=medians, branch="feature", started_at=BASE_TIME + timedelta(hours=30)
+    )
+    ingest_result(db, doc, base=PR_BASE)
+    ancestry = [PR_HEAD, *[commit_of(i) for i in range(11, -1, -1)]]
+    return judge_run(db, "pr-run", ancestry=ancestry).verdict
