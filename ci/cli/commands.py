@@ -84,19 +84,23 @@ def cmd_ack(args: argparse.Namespace) -> int:
 @handles_errors
 def cmd_watch(args: argparse.Namespace) -> int:
 
+    if args.base:  # an unknown base is one line and exit 2 now, not a failed poll every interval
+        resolve_revisions(args.repo, [args.base])
     db = open_db(args)
     runner = None if args.queue_only else JobRunner(db, runner_config(args), echo=echo)
     stop = install_stop_signals()
-    options = {"backfill": args.backfill, "max_commits": args.max_commits}
+    options = {"backfill": args.backfill, "max_commits": args.max_commits, "base": args.base}
 
     def report_poll(result: PollResult) -> None:
         for note in result.notes:  # a walk's cap, --max-commits, pending updates retried: each says what and why
             echo(note)
         for q in result.queued:
-            echo(
-                f"queued {q.commit[:12]} ({result.branch}) as job {q.job_id}"
-                + ("" if q.created else " (already queued or measured)")
-            )
+            if q.base_of:
+                what = f"{q.commit[:12]} (the merge-base of {q.base_of[:12]} with {args.base}, main's line)"
+            else:
+                against = f", judged against its merge-base {q.base[:12]}" if q.base else ""
+                what = f"{q.commit[:12]} ({result.branch}{against})"
+            echo(f"queued {what} as job {q.job_id}" + ("" if q.created else " (already queued or measured)"))
 
     if args.once:
         result = poll(db, args.repo, args.branch, **options)
@@ -238,6 +242,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="queue at most the N newest new commits per poll, leaving older ones out "
         "(default: no cap, every commit is queued)",
+    )
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        help="the followed branch is a feature or pull-request branch off REF (e.g. main): each of its commits is "
+        "judged against the level of its merge-base with REF (queued first), in a series of its own that never "
+        "moves REF's; without it a branch is judged along its own first-parent line, as main is",
     )
     add_db_argument(p)
     add_runner_options(p)

@@ -301,12 +301,16 @@ def poll(
     max_commits: int | None = DEFAULT_MAX_COMMITS,
     trigger: str = "watch",
     walk_cap: int | None = WALK_CAP,
+    base: str | None = None,
 ) -> PollResult:
     """Queue the commits of ``branch`` that are new since the last poll (oldest first); remember the head.
 
     A local repository's pending file (updates a hook could not queue) is retried first; those jobs lead
     ``queued``. A last-seen head that is gone (force-push and gc) is walked back from (``commits_between``,
-    at most ``walk_cap``; what it left out is in ``notes`` and ``skipped``)."""
+    at most ``walk_cap``; what it left out is in ``notes`` and ``skipped``). ``base`` (a ref of the same
+    repository, e.g. main): the branch is a pull request's or a feature branch's, and each of its commits off
+    ``base``'s line is judged against its merge-base with ``base`` (``pull_request_bases``), never along the
+    branch's own line."""
     canon = canonical_repo(repo)
 
     retried: list[Queued] = []
@@ -341,7 +345,8 @@ def poll(
             f"the oldest left out is {commits[0][:12]}"
         )
         commits = commits[-max_commits:]
-    result.queued = retried + enqueue_commits(db, canon, commits, branch=branch, trigger=trigger)
+    bases = pull_request_bases(source, commits, base) if base else None
+    result.queued = retried + enqueue_commits(db, canon, commits, branch=branch, trigger=trigger, bases=bases)
     set_watch_last_seen(db, canon, branch, head)
     return result
 

@@ -203,3 +203,37 @@ def test_pull_requests_runs_and_steps_are_listed_apart_from_main_s(world: dict, 
     assert code == 0 and p2[:12] not in out and c[4][:12] in out
     code = main(["flags", "--pull-requests", "--status", "fixed", "--db", str(db.path)])
     assert code == 0 and "(no changes detected in pull requests for --status fixed)" in capsys.readouterr().out
+
+
+def test_watching_a_feature_branch_with_a_base_judges_it_against_its_merge_base(tmp_path, capsys) -> None:
+    """`solci watch --branch feature --base main`: the branch's commits are a pull request's series (each judged
+    against its merge-base, queued first), never main's runs; without --base a watched branch is judged along its
+    own line, as main is. An unknown base is one line, exit 2, before anything is queued."""
+    work = small_repo(tmp_path / "work", n_commits=1)
+    c = [work.head(), work.commit_file("notes.txt", "main 1\n", "main 1")]
+    git(work.path, "checkout", "-q", "-b", "feature")
+    p1 = work.commit_file("kernel.txt", "p1\n", "p1: neutral")
+    p2 = work.commit_file("kernel.txt", "p2\n", "p2: B4_S128 slower")
+    git(work.path, "checkout", "-q", "main")
+    c.append(work.commit_file("notes.txt", "main 2\n", "main 2"))  # main goes on
+    db_path = tmp_path / "watched.duckdb"
+    args = ["watch", str(work.path), "--branch", "feature", "--base", "main", "--once", "--queue-only"]
+    code = main([*args, "--backfill", "2", "--db", str(db_path)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"queued {c[1][:12]} (the merge-base of {p1[:12]} with main, main's line)" in err
+    assert f"queued {p2[:12]} (feature, judged against its merge-base {c[1][:12]})" in err
+    db = open_database(db_path, lock_timeout=20)
+    with db.read() as conn:
+        jobs = conn.execute('SELECT "commit", base FROM jobs ORDER BY id').fetchall()
+    assert jobs == [(c[1], None), (p1, c[1]), (p2, c[1])]
+    fake = FakeExecutor(dict.fromkeys(c, "pass") | {p1: "pass", p2: "slow:B4_S128"}, cases=CASES)
+    done = JobRunner(db, JobRunnerConfig(worker="w"), executor=fake).run(once=True)
+    assert [(r.commit, r.outcome) for r in done] == [(c[1], "passed"), (p1, "passed"), (p2, "regressed")]
+    prs = queries.pull_request_runs(db)
+    assert list(prs["commit"]) == [p2, p1] and set(prs["base"]) == {c[1]}
+    assert queries.changes(db).empty and list(queries.changes(db, pull_requests=True)["commit"]) == [p2]
+    code = main([*args[:5], "nope", *args[6:], "--db", str(tmp_path / "other.duckdb")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "nope" in err, err
+    assert not (tmp_path / "other.duckdb").exists()
