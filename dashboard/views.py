@@ -229,22 +229,7 @@ def _pull_request_panel(key: str, found: dict) -> None:
     moved = rows["moved"]
     if moved.empty:
         return
-    view = moved.assign(
-        case=moved["case"].map(charts.case_title),
-        change=[fmt.interval(c, lo, hi) for c, lo, hi in zip(moved["change"], moved["lo"], moved["hi"], strict=True)],
-    )[["case", "change", "before_us", "after_us"]]
-    st.dataframe(
-        view,
-        hide_index=True,
-        placeholder=fmt.DASH,
-        key="pr-moved",
-        height=_rows(len(view)),
-        column_config={
-            "change": st.column_config.TextColumn("change [interval]"),
-            "before_us": st.column_config.NumberColumn(f"merge-base level ({charts.US})", format="%.2f"),
-            "after_us": st.column_config.NumberColumn(f"pull request ({charts.US})", format="%.2f"),
-        },
-    )
+    _cases_moved_table(moved, "pr-moved", ("merge-base level", "pull request"))
 
 
 def _sidebar(summary: pd.DataFrame, names: dict[str, str]) -> Selection:
@@ -565,7 +550,12 @@ def _steps_view(key: str, token: tuple, ch: pd.DataFrame) -> None:
         st.text(f"acknowledged: {step['ack_reason']}")
     if not fmt.missing(step["fixed_by_commit"]):
         st.text(f"fixed by the step at {fmt.short(step['fixed_by_commit'], 12)}")
-    cases = _step_cases(key, token, step_id)
+    _cases_moved_table(_step_cases(key, token, step_id), f"step-cases-{step_id}", ("level before", "level after"))
+
+
+def _cases_moved_table(cases: pd.DataFrame, key: str, titles: tuple[str, str]) -> None:
+    """The cases a step (or a pull request's run) moved: case, change with its interval, and the figures before
+    and after under ``titles``."""
     view = cases.assign(
         case=cases["case"].map(charts.case_title),
         change=[fmt.interval(c, lo, hi) for c, lo, hi in zip(cases["change"], cases["lo"], cases["hi"], strict=True)],
@@ -574,12 +564,12 @@ def _steps_view(key: str, token: tuple, ch: pd.DataFrame) -> None:
         view,
         hide_index=True,
         placeholder=fmt.DASH,
-        key=f"step-cases-{step_id}",
+        key=key,
         height=_rows(len(view)),
         column_config={
             "change": st.column_config.TextColumn("change [interval]"),
-            "before_us": st.column_config.NumberColumn(f"level before ({charts.US})", format="%.2f"),
-            "after_us": st.column_config.NumberColumn(f"level after ({charts.US})", format="%.2f"),
+            "before_us": st.column_config.NumberColumn(f"{titles[0]} ({charts.US})", format="%.2f"),
+            "after_us": st.column_config.NumberColumn(f"{titles[1]} ({charts.US})", format="%.2f"),
         },
     )
 
