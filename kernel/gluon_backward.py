@@ -20,6 +20,8 @@ stage instead of separate buffers (freeing 32 KB: 7 stages of 128x128 blocks fit
 have read it; ``pingpong`` gives each warpgroup whole tiles in turn (its epilogue overlaps the other's main loop),
 with ``pp_gw_only`` only in the grad_weight programs of a partitioned schedule and ``pp_depth`` stages of MMAs in
 flight. The table enables ping-pong with 7 stages at M <= 256, where it measured 0.93x v18 (kernel/NOTES.md, v19).
+v20 (``hold_release``, off in the table): the cooperative held stage goes back to the loader a step or two later
+in the next tile, once its TMA stores have surely read it (tests/kernel/test_ring_model.py models the ring).
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -84,6 +86,19 @@ class GluonConfig:
     # the grad_attn programs (one long tile each) stay cooperative, with the held-stage epilogue
     pp_gw_only: bool = False
     pp_depth: int = 1  # ping-pong: stages of MMAs a warpgroup keeps in flight (1 or 2)
+    # v20: the cooperative held stage (epi_hold, and the cooperative programs of pp_gw_only) is handed back to the
+    # loader after the next tile's step ``hold_release`` (1-based; 1: after its first MMA, v19), or its last step if
+    # the tile is shorter: the TMA stores have then long read it, so the wait_group.read before the release does not
+    # stall. At most stages - 1 (the loader needs it back by the step STAGES of the next tile). Ping-pong proper
+    # releases its held stage at the end of its own epilogue (the other warpgroup's main loop covers the wait), so it
+    # has no next-tile release to move.
+    hold_release: int = 1
+
+    def __post_init__(self) -> None:
+        if self.hold_release < 1 or (self.hold_release > 1 and self.hold_release > self.stages - 1):
+            raise ValueError(f"hold_release {self.hold_release}: must be 1, or at most stages - 1 ({self.stages - 1})")
+        if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):
+            raise ValueError("hold_release > 1 needs the cooperative held stage (epi_hold, or pp_gw_only)")
 
     @property
     def pingpong_mode(self) -> int:
@@ -266,10 +281,20 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
+        HOLD_REL: gl.constexpr = 1,
     ):  # fmt: skip
         """Cooperative: warpgroup WG (0 or 1) runs its half of every tile's MMAs, then its half of the epilogue,
         into its own buffer ``epi`` or (EPI_HOLD) into its part of the tile's last stage (WG 0 the A bytes, WG 1
-        the B bytes), which it hands back to the loader only after the next tile's first MMA is issued."""
+        the B bytes), which it hands back to the loader only after the next tile's first MMA is issued, or with
+        ``HOLD_REL`` > 1 after the next tile's step HOLD_REL (1-based; its last step if the tile is shorter), so
+        that the ``wait_group.read`` before the release finds the stores long done.
+
+        Why a later release cannot deadlock the in-order loader: at step j (0-based) of a tile the warpgroup has
+        released every earlier use of the ring but the held one (the previous tile's last, H) and the one before
+        step j (released after this step's MMA wait); the fill it waits for, H + 1 + j, needs use H + 1 + j -
+        STAGES released, which is H itself only at j = STAGES - 1; H is released at step min(HOLD_REL, n) - 1 <=
+        STAGES - 2 (``GluonConfig`` keeps HOLD_REL <= STAGES - 1), before that. The model in
+        tests/kernel/test_ring_model.py checks it with random interleavings (and that HOLD_REL = STAGES deadlocks)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
@@ -287,7 +312,11 @@ if GLUON_IMPORTED:
             hold_ring = b_ring
         it = 0
         prev = 0
+        held = 0  # HOLD_REL > 1: the stage of the previous tile's epilogue, released at the step HOLD_REL
         nt = 0  # tiles done (EPI_HOLD: the phase of the warpgroups' rendezvous before the epilogue)
+        # HOLD_REL > 1: the K offset of the step (0-based HOLD_REL - 1, or the tile's last) that releases ``held``
+        ga_rel: gl.constexpr = (HOLD_REL - 1 if HOLD_REL - 1 < HID // BK else HID // BK - 1) * BK
+        gw_rel = gl.minimum(HOLD_REL - 1, gl.cdiv(M, BK) - 1) * BK
         for phase in gl.static_range(2):
             if (phase == 0) == GA_FIRST:
                 for t in range(ga_lo, n_ga, ga_step):
@@ -306,13 +335,20 @@ if GLUON_IMPORTED:
                             b = b.slice(WG * GA_WN, GA_WN, dim=1)
                         acc = warpgroup_mma(a, b, acc, is_async=True)
                         acc = warpgroup_mma_wait(1, deps=(acc,))
-                        if k > 0:
+                        if EPI_HOLD and HOLD_REL > 1:
+                            if k > 0:
+                                mbarrier.arrive(empty.index(prev), count=1)
+                            if k == ga_rel:
+                                _release_held(empty, held, nt)
+                        elif k > 0:
                             mbarrier.arrive(empty.index(prev), count=1)
                         elif EPI_HOLD:
                             _release_held(empty, prev, it)
                         prev = s
                         it += 1
                     acc = warpgroup_mma_wait(0, deps=(acc,))
+                    if EPI_HOLD and HOLD_REL > 1:
+                        held = prev
                     if EPI_HOLD:
                         # both warpgroups' MMAs on the stage are done before either writes into it
                         mbarrier.arrive(sync.index(0), count=1)
@@ -349,13 +385,20 @@ if GLUON_IMPORTED:
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
                         acc = warpgroup_mma(a, b, acc, is_async=True)
                         acc = warpgroup_mma_wait(1, deps=(acc,))
-                        if k > 0:
+                        if EPI_HOLD and HOLD_REL > 1:
+                            if k > 0:
+                                mbarrier.arrive(empty.index(prev), count=1)
+                            if k == gw_rel:  # a tile shorter than HOLD_REL steps: at its last step
+                                _release_held(empty, held, nt)
+                        elif k > 0:
                             mbarrier.arrive(empty.index(prev), count=1)
                         elif EPI_HOLD:
                             _release_held(empty, prev, it)
                         prev = s
                         it += 1
                     acc = warpgroup_mma_wait(0, deps=(acc,))
+                    if EPI_HOLD and HOLD_REL > 1:
+                        held = prev
                     if EPI_HOLD:
                         mbarrier.arrive(sync.index(0), count=1)
                         mbarrier.wait(sync.index(0), nt & 1)
@@ -526,7 +569,7 @@ if GLUON_IMPORTED:
                        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                       PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
+                       PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
         if PINGPONG == 1:
             _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                          NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH)  # fmt: skip
@@ -538,37 +581,38 @@ if GLUON_IMPORTED:
                              HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 2, PP_DEPTH)  # fmt: skip
             else:
                 _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
-                          HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True)  # fmt: skip
+                          HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL)  # fmt: skip
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD)  # fmt: skip
+                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL)  # fmt: skip
 
     @gluon.jit
     def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH)  # fmt: skip
+                       PP_DEPTH, HOLD_REL)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH)  # fmt: skip
+                       PP_DEPTH, HOLD_REL)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                      GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                     PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
+                     PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
+                     go_a, w_b, go_t, x_b):  # fmt: skip
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
 
@@ -580,6 +624,7 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
+        HOLD_REL: gl.constexpr = 1,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -592,7 +637,7 @@ if GLUON_IMPORTED:
         ga_out = tma.make_tensor_descriptor(ga_ptr, [M * NH, HD], [HD, 1], [GA_WM, HD], lay)
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -602,11 +647,12 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
+        HOLD_REL: gl.constexpr = 1,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -615,7 +661,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-        EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr,
+        EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -656,13 +702,13 @@ if GLUON_IMPORTED:
             [
                 (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH)),
+                              PINGPONG, PP_DEPTH, HOLD_REL)),
                 (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH)),
+                              PINGPONG, PP_DEPTH, HOLD_REL)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                                PINGPONG, PP_DEPTH, go_a, w_b, go_t, x_b)),
+                                PINGPONG, PP_DEPTH, HOLD_REL, go_a, w_b, go_t, x_b)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -712,6 +758,7 @@ def launch_arguments(
         "EPI_HOLD": cfg.epi_hold,
         "PINGPONG": cfg.pingpong_mode,
         "PP_DEPTH": cfg.pp_depth,
+        "HOLD_REL": cfg.hold_release,
     }
     return args, constexprs
 

@@ -15,12 +15,15 @@ import sys
 from pathlib import Path
 
 DEFAULTS = {"stages": 3, "group": 4, "loader_regs": 40, "bk": 64, "schedule": "auto", "host_desc": False}
-DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_depth": 1})
+DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_depth": 1, "hold_release": 1})
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
-ORDER += ("pp_depth",)
+ORDER += ("pp_depth", "hold_release")
 
 
 def entry_line(bucket: int, cfg: dict) -> str:
+    unknown = sorted(set(cfg) - set(DEFAULTS) - {"ga_bm", "ga_bn", "gw_bm", "gw_bn"})
+    if unknown:  # a GluonConfig field this writer does not know would be dropped from the line
+        raise SystemExit(f"bucket {bucket}: configuration fields {unknown} unknown to apply_gluon_selection.py")
     args = [str(cfg[k]) for k in ("ga_bm", "ga_bn", "gw_bm", "gw_bn")]
     args += [f"{k}={cfg[k]!r}" for k in ORDER if k in cfg and cfg[k] != DEFAULTS[k]]
     return f"    {bucket}: (GluonConfig({', '.join(args)}), True),"

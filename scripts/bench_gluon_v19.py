@@ -1,7 +1,8 @@
-"""On the H200 (issue 21, v19): the epilogue-in-a-held-stage and ping-pong variants of the Gluon kernel beside v18,
-the tile-language kernel (v17) and the two cuBLAS matmuls, in one process, one table.
+"""On the H200 (issue 21, v19, v20): the epilogue-in-a-held-stage and ping-pong variants of the Gluon kernel beside
+v18, the tile-language kernel (v17) and the two cuBLAS matmuls, in one process, one table.
 
 Usage (GPU host, repository root): PYTHONPATH=. python scripts/bench_gluon_v19.py [--out DIR] [--budget-s 330]
+       [--only NAME ...] [--timed B,S ...] [--list]   (v20's session: scripts/gpu_v20_session.sh)
 
 1. every (variant, shape) is first run in worker processes (spawned, several at once on the one GPU): that compiles
    it into Triton's on-disk cache, and each worker then runs the harness's correctness loop
@@ -83,6 +84,13 @@ def variants() -> dict[str, tuple[int, object]]:
         out[f"hyb7_{m}"] = (m, replace(base[m], pingpong=True, pp_gw_only=True, stages=7))
     for m in base:
         out[f"pp7d2_{m}"] = (m, replace(base[m], pingpong=True, stages=7, pp_depth=2))
+    # v20: the cooperative held stage (hold7) released at the next tile's step 2 or 3 instead of after its first
+    # MMA, so the wait_group.read before the release finds the TMA stores done (kernel/NOTES.md, item 21)
+    for m in (512, 1024, 2048):
+        for r in (2, 3):
+            out[f"hold7r{r}_{m}"] = (m, replace(base[m], epi_hold=True, stages=7, hold_release=r))
+    # checked, not timed: M = 64-192 have grad_weight tiles of 1-3 steps, shorter than the release step
+    out["hold7r3_256"] = (256, replace(base[256], epi_hold=True, stages=7, hold_release=3))
     return out
 
 
@@ -242,6 +250,10 @@ def main() -> int:
     args = parse_args()
     allv = variants()
     names = args.only or list(allv)
+    unknown = [n for n in names if n not in allv]
+    if unknown:
+        print(f"unknown variant(s) {unknown}; --list shows them", file=sys.stderr)
+        return 2
     if args.list:
         for n in names:
             bucket, cfg = allv[n]

@@ -95,6 +95,18 @@ def test_table_lines_are_the_selection_writers() -> None:
     assert gb.GluonConfig(128, 128, 128, 128, pingpong=True).pingpong_mode == 1
     assert gb.GluonConfig(128, 128, 128, 128, pingpong=True, pp_gw_only=True).pingpong_mode == 2
     assert gb.GluonConfig(128, 128, 128, 128, pp_gw_only=True).pingpong_mode == 0  # only with pingpong
+    # every switch reaches the line (v20's hold_release included): the line evaluates to the same configuration
+    for cfg in (
+        gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, epi_hold=True, hold_release=2),
+        gb.GluonConfig(128, 128, 128, 128, stages=7, pingpong=True, pp_gw_only=True, pp_depth=2, hold_release=3),
+    ):
+        line = mod.entry_line(512, asdict(cfg))
+        assert len(line) <= 120 and eval(line.split(": ", 1)[1].rstrip(","), {"GluonConfig": gb.GluonConfig}) == (
+            cfg,
+            True,
+        )
+    with pytest.raises(SystemExit):
+        mod.entry_line(512, {**asdict(base), "a_future_switch": 1})
 
 
 @pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")

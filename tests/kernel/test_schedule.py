@@ -7,28 +7,10 @@ from dataclasses import replace
 import pytest
 
 from kernel.configs import M_BUCKETS, KernelConfig, config_for
-from kernel.schedule import Plan, plan_schedule, tile_cost
+from kernel.schedule import plan_schedule, tile_cost
+from tests.support.plan_tiles import tiles_per_program
 
 HOPPER = (9, 0)
-
-
-def _tiles_per_program(plan: Plan) -> list[tuple[list[int], list[int]]]:
-    """(grad_attn tiles, grad_weight tiles) each program runs: the same arithmetic as _fused_bwd_kernel."""
-    out = []
-    nprog = plan.programs
-    for pid in range(nprog):
-        if plan.p_ga > 0:
-            if pid < plan.p_ga:
-                ga, gw = range(pid, plan.n_ga, plan.p_ga), range(plan.n_gw, plan.n_gw)
-            else:
-                ga, gw = range(plan.n_ga, plan.n_ga), range(pid - plan.p_ga, plan.n_gw, nprog - plan.p_ga)
-        else:
-            n_first = plan.n_ga if plan.ga_first else plan.n_gw
-            second_lo = pid + -(-max(n_first - pid, 0) // nprog) * nprog - n_first
-            ga_lo, gw_lo = (pid, second_lo) if plan.ga_first else (second_lo, pid)
-            ga, gw = range(ga_lo, plan.n_ga, nprog), range(gw_lo, plan.n_gw, nprog)
-        out.append((list(ga), list(gw)))
-    return out
 
 
 @pytest.mark.parametrize("m", [1, 7, 100, 256, 300, 512, 777, 1024, 2048, 3000, 4096, 8192, 12345])
@@ -38,7 +20,7 @@ def test_every_tile_runs_exactly_once(m: int, schedule: str) -> None:
     for programs in (4, 132):
         plan = plan_schedule(m, cfg, programs)
         assert 1 <= plan.programs <= programs
-        per_program = _tiles_per_program(plan)
+        per_program = tiles_per_program(plan)
         assert sorted(t for ga, _ in per_program for t in ga) == list(range(plan.n_ga))
         assert sorted(t for _, gw in per_program for t in gw) == list(range(plan.n_gw))
         assert all(ga or gw for ga, gw in per_program), "no program is launched idle"
