@@ -603,16 +603,22 @@ def test_interpreter_runs_open_no_step_and_every_commit_is_stored_once(history: 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_commits_own_code_is_measured(history: dict) -> None:
-    """The slow commit's kernel median is about twice the neutral ones: the commit's kernel ran (in the
-    trusted harness)."""
+    """The commit's kernel is what the trusted harness checked: the wrong commit (grad_weight x 1.5) fails on
+    grad_weight alone in every case, while the neutral commit of the same tree passes them all. (Interpreter
+    timings are functional, never compared: CI saw the slow commit's "about 2x" drown in a busy machine's noise,
+    so no figure of them is asserted.)"""
     db, shas = history["db"], history["shas"]
     with db.read() as conn:
-        med = dict(
-            conn.execute("""SELECT r."commit", x.median_us FROM runs r JOIN results x USING (run_id)
-                                   WHERE x.status = 'pass'""").fetchall()
-        )
-    assert med[shas["slow"]] > 1.3 * med[shas["n3"]]  # about 2x; the interpreter is noisy on a busy machine
-    assert med[shas["n4"]] < med[shas["slow"]]
+        rows = conn.execute(
+            """SELECT r."commit", x.status, coalesce(x.error, '') FROM runs r JOIN results x USING (run_id)
+               WHERE r."commit" IN (?, ?)""",
+            [shas["wrong"], shas["n4"]],
+        ).fetchall()
+    wrong = [(status, error) for commit, status, error in rows if commit == shas["wrong"]]
+    neutral = [status for commit, status, _ in rows if commit == shas["n4"]]
+    assert wrong and all(status == "incorrect" for status, _ in wrong), wrong
+    assert all("grad_weight" in error and "grad_attn_output" not in error for _, error in wrong), wrong
+    assert neutral and set(neutral) == {"pass"} and len(neutral) == len(wrong)
 
 
 @pytest.mark.slow
