@@ -61,6 +61,11 @@ def _pull_requests(path: str, token: tuple, hardware: str) -> pd.DataFrame:
     return data.pull_requests(data.open_db(path), hardware)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _pull_request_report(path: str, token: tuple, commit: str, base: str) -> dict | None:
+    return data.pull_request_report(data.open_db(path), commit, base)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def _step_cases(path: str, token: tuple, step_id: str) -> pd.DataFrame:
     return data.step_cases(data.open_db(path), step_id)
@@ -152,7 +157,7 @@ def render(path: Path) -> None:
     opened = _open_on_commit(key)
     sel = _sidebar(summary, names)
     if opened is not None and opened.get("base"):
-        _pull_request_panel(key, opened)
+        _pull_request_panel(key, token, opened)
     win = _series(key, token, sel)
     proto = data.protocol_label(sel.protocol, names)
     if win.empty:
@@ -211,10 +216,10 @@ def _open_on_commit(key: str) -> dict | None:
     return found
 
 
-def _pull_request_panel(key: str, found: dict) -> None:
+def _pull_request_panel(key: str, token: tuple, found: dict) -> None:
     """A pull request's run (from the link): its verdict against its merge-base's level and the cases it moved,
     as `solci report --base` says it; the page below shows main's line, on the merge-base's run."""
-    rows = data.pull_request_report(data.open_db(key), found["commit"], found["base"])
+    rows = _pull_request_report(key, token, found["commit"], found["base"])
     if rows is None:
         return
     run = rows["run"]

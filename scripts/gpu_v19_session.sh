@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
-# One device-tool call for issue 21's v19 (GPU machine, repository root): the Gluon variants beside v18, the
+# One device-tool call for issue 21's Gluon sweeps (GPU machine, repository root): the Gluon variants beside v18, the
 # tile-language kernel and cuBLAS (scripts/bench_gluon_v19.py); the per-bucket winners written into GLUON_TABLE of
 # this copy (scripts/apply_gluon_selection.py); then the GPU tests and the 16-case bench on that code.
 # Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench]   (no step named: all four)
-# SWEEP_ARGS (environment): more arguments of the sweep (--only NAMES, --timed B,S ...).
+# Environment: SWEEP_ARGS (more arguments of the sweep: --only NAMES, --timed B,S ...), TAG (the logs' prefix,
+# default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120; scripts/gpu_v20_session.sh sets its own).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
-  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+TAG=${TAG:-v19}
 steps=${*:-sweep apply tests bench}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 for step in $steps; do
   start=$SECONDS
   case $step in
-    sweep) timeout 300 python3 scripts/bench_gluon_v19.py --out "$OUT" --select "$OUT/select.json" --budget-s 230 \
-             ${SWEEP_ARGS:-} 2>&1 | grep -v -i "warn" | tee "$OUT/v19_sweep.log" ;;
+    sweep) timeout "${SWEEP_TIMEOUT:-300}" python3 scripts/bench_gluon_v19.py --out "$OUT" --select "$OUT/select.json" \
+             --budget-s 230 ${SWEEP_ARGS:-} 2>&1 | grep -v -i "warn" | tee "$OUT/${TAG}_sweep.log" ;;
     apply) [ -f "$OUT/select.json" ] && python3 scripts/apply_gluon_selection.py "$OUT/select.json" \
              && grep -n "^    [0-9]*: (GluonConfig" kernel/gluon_backward.py ;;
-    tests) timeout 120 python3 -m pytest --noconftest -q -m gpu tests/kernel tests/harness/test_replay_gpu.py 2>&1 \
-             | tee "$OUT/v19_gpu_tests.log" | tail -n 15 ;;
-    bench) timeout 170 python3 scripts/solci_bench_direct.py --csv "$OUT/v19_bench.csv" 2>&1 | grep -v -i "warn" \
-             | tee "$OUT/v19_bench.log" | tail -n 32 ;;
+    tests) timeout "${TESTS_TIMEOUT:-120}" python3 -m pytest --noconftest -q -m gpu tests/kernel \
+             tests/harness/test_replay_gpu.py 2>&1 | tee "$OUT/${TAG}_gpu_tests.log" | tail -n 15 ;;
+    bench) timeout 170 python3 scripts/solci_bench_direct.py --csv "$OUT/${TAG}_bench.csv" 2>&1 | grep -v -i "warn" \
+             | tee "$OUT/${TAG}_bench.log" | tail -n 32 ;;
   esac
   echo "step $step: $((SECONDS - start)) s"
 done

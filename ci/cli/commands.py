@@ -95,12 +95,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         for note in result.notes:  # a walk's cap, --max-commits, pending updates retried: each says what and why
             echo(note)
         for q in result.queued:
-            if q.base_of:
-                what = f"{q.commit[:12]} (the merge-base of {q.base_of[:12]} with {args.base}, main's line)"
-            else:
-                against = f", judged against its merge-base {q.base[:12]}" if q.base else ""
-                what = f"{q.commit[:12]} ({result.branch}{against})"
-            echo(f"queued {what} as job {q.job_id}" + ("" if q.created else " (already queued or measured)"))
+            state = "" if q.created else " (already queued or measured)"
+            echo(f"queued {q.label(result.branch, args.base)} as job {q.job_id}{state}")
 
     if args.once:
         result = poll(db, args.repo, args.branch, **options)
@@ -166,11 +162,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     bases = pull_request_bases(source, shas, args.base) if args.base else None
     for q in enqueue_commits(db, repo, shas, branch=branch, trigger=args.trigger, force=args.force, bases=bases):
         state = "queued" if q.created else "already queued or measured"
-        if q.base_of:
-            print(f"solci: {q.commit[:12]} (merge-base of {q.base_of[:12]} with {args.base}) {state}: job {q.job_id}")
-        else:
-            against = f", against its merge-base {q.base[:12]}" if q.base else ""
-            print(f"solci: {q.commit[:12]} ({branch or 'no branch'}{against}) {state}: job {q.job_id}")
+        print(f"solci: {q.label(branch, args.base)} {state}: job {q.job_id}")
     return 0
 
 

@@ -348,7 +348,7 @@ def run_commit_now(
         db, canon, [sha], branch=branch, trigger="manual", force=True, bases=bases, gpu_model=config.gpu_model
     )
     for q in queued[:-1]:  # the merge-base, queued first as main's commit
-        echo(f"job {q.job_id}: {q.commit[:12]}, the merge-base of {sha[:12]} with {base} (main's line)")
+        echo(f"job {q.job_id}: {q.label(branch, base)}")
     ids = [q.job_id for q in queued]
     job_id, merge = queued[-1].job_id, queued[-1].base
     runner = JobRunner(db, config, echo=echo)

@@ -63,6 +63,14 @@ class Queued:
     base: str | None = None  # a pull request's commit: the merge-base it is judged against
     base_of: str | None = None  # a merge-base queued for this pull request's commit
 
+    def label(self, branch: str | None, base_ref: str | None) -> str:
+        """How the commands name it: ``SHA (BRANCH)``, a pull request's ``SHA (BRANCH, judged against its
+        merge-base MB)``, or its merge-base ``MB (the merge-base of SHA with REF, main's line)``."""
+        if self.base_of:
+            return f"{self.commit[:12]} (the merge-base of {self.base_of[:12]} with {base_ref}, main's line)"
+        against = f", judged against its merge-base {self.base[:12]}" if self.base else ""
+        return f"{self.commit[:12]} ({branch or 'no branch'}{against})"
+
 
 @dataclass
 class PollResult:

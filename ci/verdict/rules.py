@@ -645,12 +645,13 @@ class Series:
             self._noise = estimate_noise(self.points, self.steps, [*self.cases(), *extra], self.cfg)
         return self._noise
 
-    def _noise_without(self, commit: str, cases: Iterable[str]) -> Noise:
-        """The noise model to judge ``commit`` with: its own runs already in the series (re-measured as an unjudged
-        parent of a child judged first) hold the change under test, and are no part of it."""
-        if all(p.commit != commit for p in self.points):
+    def _noise_without(self, under_test: Collection[str], cases: Iterable[str]) -> Noise:
+        """The noise model to judge with: the runs of the commits under test already in the series (the one judged,
+        re-measured earlier as an unjudged parent of a child judged first; an unjudged parent it was re-measured
+        against) hold the change under test, and are no part of it. The cached model when there are none."""
+        if all(p.commit not in under_test for p in self.points):
             return self.noise(cases)
-        return estimate_noise(self.points, self.steps, [*self.cases(), *cases], self.cfg, judged={commit})
+        return estimate_noise(self.points, self.steps, [*self.cases(), *cases], self.cfg, judged=under_test)
 
     # -- screening
     def screen(self, run: RunFigures, noise: Noise | None = None, *, level: Sequence[Point] | None = None) -> Screen:
@@ -1178,7 +1179,7 @@ class Series:
         that already has a confirmed step is not re-measured: it joins that step (``_join``). ``on_suspect``
         gets the pending step before the re-measurement (the runner stores it, so a watcher sees "suspect"
         meanwhile)."""
-        noise = self._noise_without(own.commit, own.kernel)
+        noise = self._noise_without({own.commit}, own.kernel)
         screen = self.screen(own, noise)
         newest = screen.level_commits[-1] if screen.level_commits else None
         parent = parent or newest
@@ -1197,7 +1198,7 @@ class Series:
                 self.add_run(r, before=own.commit)
             pairs = pair_up(runs)
             under_test = {own.commit} | ({parent} if parent not in screen.level_commits else set())
-            noise = estimate_noise(self.points, self.steps, [*self.cases(), *own.kernel], self.cfg, judged=under_test)
+            noise = self._noise_without(under_test, own.kernel)
         decision = self.decide(screen, pairs, step_id=step_id, parent=parent, noise=noise)
         if known is not None:
             decision = self._join(known, screen, decision)

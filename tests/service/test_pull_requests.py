@@ -227,6 +227,10 @@ def test_watching_a_feature_branch_with_a_base_judges_it_against_its_merge_base(
     with db.read() as conn:
         jobs = conn.execute('SELECT "commit", base FROM jobs ORDER BY id').fetchall()
     assert jobs == [(c[1], None), (p1, c[1]), (p2, c[1])]
+    code = main(["enqueue", str(work.path), p2, "--base", "main", "--db", str(db_path)])  # the same words
+    out = capsys.readouterr().out
+    assert code == 0 and f"solci: {c[1][:12]} (the merge-base of {p2[:12]} with main, main's line) already" in out
+    assert f"solci: {p2[:12]} (feature, judged against its merge-base {c[1][:12]}) already queued" in out, out
     fake = FakeExecutor(dict.fromkeys(c, "pass") | {p1: "pass", p2: "slow:B4_S128"}, cases=CASES)
     done = JobRunner(db, JobRunnerConfig(worker="w"), executor=fake).run(once=True)
     assert [(r.commit, r.outcome) for r in done] == [(c[1], "passed"), (p1, "passed"), (p2, "regressed")]
