@@ -458,11 +458,17 @@ def _judgement(
     info: dict, run_id: str, screen: Screen, decision: Decision, statuses: dict[str, str], noise: Noise
 ) -> Judgement:
     moved = [c for c, s in screen.cases.items() if s.moved]
-    worst = max(screen.cases.values(), key=lambda s: abs(s.change), default=None)
+    # the worst case as the verdict states it: its confirmed change when the step holds cases, else the screen's
+    confirmed = decision.step.cases if decision.step is not None and not decision.joined else {}
+    if confirmed:
+        worst_case, worst_change = max(((c, x.change) for c, x in confirmed.items()), key=lambda cx: abs(cx[1]))
+    else:
+        worst = max(screen.cases.values(), key=lambda s: abs(s.change), default=None)
+        worst_case, worst_change = (worst.case, math.expm1(worst.change)) if worst else (None, None)
     extra: dict[str, Any] = {
         "cases_moved": len(decision.step.cases) if decision.step and decision.step.is_boundary else len(moved),
-        "worst_case": worst.case if worst else None,
-        "worst_change": math.expm1(worst.change) if worst else None,
+        "worst_case": worst_case,
+        "worst_change": worst_change,
         "drift": screen.drift,
         "clock": screen.clock,
         "level_commits": len(screen.level_commits),

@@ -34,9 +34,9 @@ Screening a run (``Series.screen``)
     like Student's t with ``tail_dof`` degrees of freedom) is <= ``fdr``. The suite (mean over cases of the log
     medians, i.e. the log geometric mean; near normal) moved when its change passes max(log(1 + min_effect),
     k * se) with its own spread (which includes the machine drift that all cases share). The eager and cuBLAS
-    baselines, timed in the same run, are the control: when they moved at least half as much in the same
-    direction, the run is marked ``drift``. The SM clock (NVML, sampled around each case) is the other
-    control: a change that does not hold in cycles (time x clock) is marked ``clock``.
+    baselines, timed in the same run, are the control: when the shift they share (``shared_shift``) is at least
+    half the kernel's change, the same way, the run is marked ``drift``. The SM clock (NVML, sampled around each
+    case) is the other control: a change that does not hold in cycles (time x clock) is marked ``clock``.
 
 Confirming (``Series.decide``)
     A run that moved is re-measured with its parent (its git first parent; the newest commit of its level when
@@ -430,17 +430,31 @@ def _figure(run: RunFigures, case: str, cases: Sequence[str]) -> float | None:
     return run.suite_log(cases) if case == SUITE else run.log(case)
 
 
-CONTROL_IMPLS = ("cublas", "eager")  # the in-run baseline a change is held against: cuBLAS, else eager
+CONTROL_IMPLS = ("cublas", "eager")  # the in-run baselines a change is held against
+
+
+def shared_shift(shifts: Sequence[float]) -> float | None:
+    """The shift all the in-run baselines share: the smallest when they all moved the same way, else 0 (machine
+    drift moves every kernel of the run; a jump of one baseline alone, such as cuBLAS switching between its two
+    timings of one shape, is not drift); None when no baseline was timed."""
+    if not shifts:
+        return None
+    if all(x > 0 for x in shifts):
+        return min(shifts)
+    if all(x < 0 for x in shifts):
+        return max(shifts)
+    return 0.0
 
 
 def control_shift(a: RunFigures, b: RunFigures, case: str) -> float | None:
-    """The in-run control's log change from run ``a`` to run ``b`` on ``case``: the first of CONTROL_IMPLS that
-    both runs timed; None when neither did."""
+    """The in-run controls' shared log change from run ``a`` to run ``b`` on ``case`` (``shared_shift`` over the
+    baselines both runs timed); None when they timed none."""
+    shifts = []
     for impl in CONTROL_IMPLS:
         ca, cb = a.control_log(impl, case), b.control_log(impl, case)
         if ca is not None and cb is not None:
-            return cb - ca
-    return None
+            shifts.append(cb - ca)
+    return shared_shift(shifts)
 
 
 # ------------------------------------------------------------------------------------------------ screening
@@ -455,7 +469,7 @@ class CaseScreen:
     threshold: float  # log
     moved: bool
     sigma: float
-    control_change: float | None = None  # log change of the in-run cuBLAS (else eager) against its level
+    control_change: float | None = None  # log change the in-run baselines share against their level
     clock_change: float | None = None  # log change of the SM clock against the level's
     throttled: bool = False
     tested: float | None = None  # the figure tested: the change net of the run's common shift (cases)
@@ -717,12 +731,13 @@ class Series:
         return out
 
     def _control_change(self, run: RunFigures, level: Sequence[Point], case: str) -> float | None:
+        shifts = []
         for impl in CONTROL_IMPLS:
             x = run.control_log(impl, case)
             vals = [v for v in (p.control(impl, case) for p in level) if v is not None]
             if x is not None and vals:
-                return x - statistics.median(vals)
-        return None
+                shifts.append(x - statistics.median(vals))
+        return shared_shift(shifts)
 
     def _clock_change(self, run: RunFigures, level: Sequence[Point], case: str) -> float | None:
         f = run.clock_mhz.get(case)

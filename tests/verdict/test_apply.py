@@ -59,6 +59,23 @@ def test_a_confirmed_slowdown_opens_one_step_and_the_next_commit_passes(db: Data
     assert set(noise) == {*NAMES, "__suite__"} and noise["B1_S256"].n_pair >= 2
 
 
+def test_the_verdict_names_its_worst_case_as_confirmed_not_as_screened(db: Database) -> None:
+    """On the H200 a PR's B8_S128 screened +9.8 % in its one run and was confirmed +5.9 % [+5.4 %, +6.4 %] in the
+    interleaved pairs; the verdict stored the screening's +9.8 % as its worst case, so the report said "worst
+    case: B8_S128 +9.8 %" above a table (and a message) saying +5.9 %."""
+    lab = Lab(db, sigma=0.001)
+    commits = chain(9)
+    for i, c in enumerate(commits[:8]):
+        judge_run(db, lab.run(c), ancestry=commits[: i + 1][::-1])
+    run = lab.run("c8", {"B4_S128": 1.10})
+    out = judge_run(db, run, ancestry=commits[::-1], confirm=lab.confirmer({"c8": {"B4_S128": 1.06}}))
+    assert out.verdict == "regressed", out.message
+    v = queries.verdict(db, run)
+    confirmed = queries.step_cases(db, out.step_id).set_index("case").loc["B4_S128", "change"]
+    assert v["worst_case"] == "B4_S128" and 0.05 < confirmed < 0.07
+    assert v["worst_change"] == pytest.approx(confirmed)
+
+
 def _noise(db: Database):
     with db.read() as conn:
         return [
