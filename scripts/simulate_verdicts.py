@@ -153,8 +153,9 @@ def fit_noise(root: Path = ROOT) -> NoiseFit:
 class Machine:
     """Draws run figures on one GPU host over time.
 
-    log median = level + drift + offset[case] + e: ``drift`` (shared by every case and the in-run baselines)
-    and ``offset`` (one per case) are AR(1) processes over successive runs with the fitted between-session
+    log median = level + drift + offset[case] + e: ``drift`` (shared by every case and the in-run baselines,
+    cuBLAS and eager, as the runner times both) and ``offset`` (one per case and timed implementation) are AR(1)
+    processes over successive runs with the fitted between-session
     spreads as their stationary spreads, so runs close in time share them (as an interleaved confirmation's
     do) while runs far apart do not; ``e`` is each run's own noise (Student t, 5 dof, with the back-to-back
     A/A spread). One run in a hundred is throttled: everything 5-15 % slower, the SM clock lower as much."""
@@ -163,10 +164,13 @@ class Machine:
         self.fit, self.rng, self.rho, self.throttle_p = fit, rng, rho, throttle_p
         self.drift = 0.0
         self.offset = dict.fromkeys(CASE_NAMES, 0.0)
-        self.ctrl_offset = dict.fromkeys(CASE_NAMES, 0.0)
+        self.ctrl_offset = {impl: dict.fromkeys(CASE_NAMES, 0.0) for impl in ("cublas", "eager")}
         self.count = 0
         self.base_us = {c: 1.6 * max(4.0, M_OF[c] * 0.017) for c in CASE_NAMES}
-        self.ctrl_us = {c: 1.05 * v for c, v in self.base_us.items()}
+        self.ctrl_us = {
+            "cublas": {c: 1.05 * v for c, v in self.base_us.items()},
+            "eager": {c: 1.4 * v for c, v in self.base_us.items()},
+        }
 
     def _t(self, scale: float) -> float:
         """Student t with 5 degrees of freedom, scaled to standard deviation ``scale``."""
@@ -182,7 +186,8 @@ class Machine:
         for c in CASE_NAMES:
             indep = math.sqrt(max(self.fit.sigma_case[c] ** 2 - self.fit.sigma_aa[c] ** 2, 0.0))
             self.offset[c] = self._ar(self.offset[c], indep)
-            self.ctrl_offset[c] = self._ar(self.ctrl_offset[c], indep)
+            for offsets in self.ctrl_offset.values():
+                offsets[c] = self._ar(offsets[c], indep)
 
     def run(
         self,
@@ -197,17 +202,19 @@ class Machine:
         self.count += 1
         throttle = self.rng.random() < self.throttle_p
         slow = math.log1p(self.rng.uniform(0.05, 0.15)) if throttle else 0.0
-        kernel, cublas, clock = {}, {}, {}
+        kernel, clock = {}, {}
+        ctrl: dict[str, dict[str, float]] = {impl: {} for impl in self.ctrl_us}
         for c in cases or CASE_NAMES:
             aa = self.fit.sigma_aa[c]
             kernel[c] = self.base_us[c] * math.exp(level.get(c, 0.0) + self.drift + self.offset[c] + self._t(aa) + slow)
-            cublas[c] = self.ctrl_us[c] * math.exp(self.drift + self.ctrl_offset[c] + self._t(aa) + slow)
+            for impl, us in self.ctrl_us.items():
+                ctrl[impl][c] = us[c] * math.exp(self.drift + self.ctrl_offset[impl][c] + self._t(aa) + slow)
             clock[c] = 1980.0 * math.exp(-slow)
         return RunFigures(
             f"r{self.count}",
             commit,
             kernel,
-            {"cublas": cublas},
+            ctrl,
             clock,
             frozenset(kernel) if throttle else frozenset(),
             purpose,
