@@ -35,19 +35,21 @@ from kernel import gluon_backward as gb  # noqa: E402
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
 
 
-def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132):
-    """Compile the Gluon kernel for sm_90 with the launcher's own arguments for M rows of seq_len ``s``."""
-    plan = gb.plan_for(m, cfg, programs)
+def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module=gb, extra: dict | None = None):
+    """Compile ``module``'s Gluon kernel (kernel/gluon_backward.py by default; scripts/diag_gluon_timeline.py passes
+    its traced copy, with ``extra`` arguments) for sm_90 with the launcher's own arguments for M rows of seq_len
+    ``s``."""
+    plan = module.plan_for(m, cfg, programs)
     go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
     x2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
     w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
-    args, kwargs = gb.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
-    kwargs = dict(kwargs, num_warps=4)
+    args, kwargs = module.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+    kwargs = dict(kwargs, **(extra or {}), num_warps=4)
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
-    fn = gb.entry_kernel(cfg)
+    fn = module.entry_kernel(cfg)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, spec, options = binder(*args, **kwargs)
     options, signature, cexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
