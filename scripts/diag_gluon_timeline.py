@@ -1,0 +1,366 @@
+"""Device diagnostic (kernel/NOTES.md, v19's Next 3): why is a ping-pong main loop of the Gluon kernel slower per
+K-step than the cooperative split at M >= 512? A per-tile %globaltimer trace, one kind of tile at a time.
+
+Usage (GPU): PYTHONPATH=. python scripts/diag_gluon_timeline.py [--ms 512 1024 2048] [--variants coop,pp7,hyb7]
+             [--kinds ga,gw] [--reps 5] [--save traces.pt]
+Usage (CPU): PYTHONPATH=. python scripts/diag_gluon_timeline.py --compile-only [M ...]  (registers, shared, spills)
+
+A traced copy of kernel/gluon_backward.py (its source rewritten at anchors into a temporary module, kernel/
+untouched; a lost anchor raises AnchorError; tests/kernel/test_gluon_timeline.py compiles it) has one thread per
+consumer warpgroup write each tile's FIELDS into trace[program, warpgroup, tile]. Per M (shape (M/128, 128)),
+variant and kind (kind_plan), behind an L2 flush: one table row of COLUMNS (us, the median over the launches of each
+launch's means), after one check of the variant against problem/'s reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import statistics
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+# a tile's record: its start (before a ping-pong turn wait), its first MMA wait's start, its first stage ready, its K
+# loop's end (every MMA retired), its epilogue's end (stores issued; ping-pong: the held stage released), all
+# %globaltimer ns; %smid, the warpgroup, the kind (KINDS)
+FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind")
+MAX_TILES = 16  # tile slots per program (the plans of M <= 2048 run at most 4 tiles a program)
+KINDS = {"ga": 0, "gw": 1}  # grad_attn_output tiles (K = 2048), grad_weight tiles (K = M)
+# name -> GluonConfig overrides of the table's entry for M
+VARIANTS: dict[str, dict] = {
+    "coop": {},  # the table's entry (v18 at M = 512-2048: cooperative split, 6 stages)
+    "pp7": {"pingpong": True, "stages": 7},  # v19's ping-pong, its faster depth
+    "hyb7": {"pingpong": True, "pp_gw_only": True, "stages": 7},  # ping-pong in grad_weight-only programs only
+    "pp6": {"pingpong": True, "stages": 6},  # ping-pong at the table's depth
+    "hold7": {"epi_hold": True, "stages": 7},  # cooperative with ping-pong's held-stage epilogue and depth
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="trace", help="of: trace")
+    ap.add_argument("--ms", nargs="+", type=int, default=[512, 1024, 2048], help="rows M, traced as (M/128, 128)")
+    ap.add_argument("--variants", default="coop,pp7,hyb7", help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--kinds", default="ga,gw", help="ga, gw (each alone, the other zeroed), both (the real plan)")
+    ap.add_argument("--reps", type=int, default=5, help="traced launches per (M, variant, kind)")
+    ap.add_argument("--save", help="write the tile records here (torch.save; its 'fields' name the columns)")
+    ap.add_argument("--compile-only", nargs="*", type=int, metavar="M", help="compile for sm_90 here, no GPU")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":  # --help answers before torch, Triton and the kernel load
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+
+# scripts/ is on the path when this runs as a script
+from bench_gluon_v19 import _finish_or_exit  # noqa: E402
+
+from kernel import gluon_backward as gb  # noqa: E402
+from kernel.schedule import Plan  # noqa: E402
+from problem.correctness import check_rounds  # noqa: E402
+from problem.reference import make_inputs  # noqa: E402
+from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
+
+_HELPERS = f'''
+    @gluon.jit
+    def _trace_now():
+        return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _trace_tile(trace_ptr, WG: gl.constexpr, slot, KIND: gl.constexpr, t_start, t_wait, t_ready, t_kend):
+        """The end of a tile's epilogue: its record, written by one thread (scalar stores)."""
+        t_epi = _trace_now()
+        sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        if slot < {MAX_TILES}:
+            rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {MAX_TILES} + slot) * {len(FIELDS)}
+            gl.store(rec, t_start)
+            gl.store(rec + 1, t_wait)
+            gl.store(rec + 2, t_ready)
+            gl.store(rec + 3, t_kend)
+            gl.store(rec + 4, t_epi)
+            gl.store(rec + 5, sm.to(gl.int64))
+            gl.store(rec + 6, gl.to_tensor(WG).to(gl.int64))
+            gl.store(rec + 7, gl.to_tensor(KIND).to(gl.int64))
+
+'''
+
+
+class AnchorError(RuntimeError):
+    """kernel/gluon_backward.py no longer has the text one of the traced copy's rewrites anchors on."""
+
+
+def _sub(src: str, anchor: str, new: str, count: int = 1) -> str:
+    """``anchor`` (a regular expression, multi-line mode) replaced by ``new``; exactly ``count`` matches."""
+    found = len(re.findall(anchor, src, flags=re.M))
+    if found != count:
+        raise AnchorError(
+            f"traced Gluon kernel: expected {count} match(es) of {anchor!r} in kernel/gluon_backward.py, found "
+            f"{found}: the kernel's text moved on; update the anchors in scripts/diag_gluon_timeline.py"
+        )
+    return re.sub(anchor, new, src, flags=re.M)
+
+
+def traced_source(src: str) -> str:
+    """kernel/gluon_backward.py's text with the per-tile stamps (AnchorError where an anchor is missing)."""
+    stamp = "_trace_now()"
+    src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
+    # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
+    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=20)
+    # cooperative: a tile starts with its first MMA wait; ping-pong: with its turn wait, then its first MMA wait
+    src = _sub(src, r"^( +)acc = gl\.zeros\(\[G[AW]_WM, .*\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)if nt % 2 == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)prev2 = 0\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)t_wait = _trace_now\(\)\n", r"\g<0>\1t_ready = t_wait\n", count=4)
+    src = _sub(
+        src,
+        r"^( +)mbarrier\.wait\(ready\.index\(s\), \(it // STAGES\) & 1\)\n",
+        rf"\g<0>\1if k == 0:\n\1    t_ready = {stamp}\n",
+        count=4,
+    )
+    src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=5)
+    # the end of the epilogue: cooperative after its TMA stores are issued (the program's tile nt - 1) ...
+    src = _sub(
+        src,
+        r"^( +)    tma\.async_copy_shared_to_global\(ga_out, \[row0 \+ h \* S, 0\], epi_ga\..*\n",
+        r"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 0, t_wait, t_wait, t_ready, t_kend)\n",
+    )
+    src = _sub(
+        src,
+        r"^( +)    tma\.async_copy_shared_to_global\(\n.*epi_gw\.slice\(j \* 64, 64, dim=1\)\n +\)\n(?=        tma\.)",
+        r"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 1, t_wait, t_wait, t_ready, t_kend)\n",
+    )
+    # ... ping-pong once its held stage is released (the program's tile nt)
+    for kind, steps in enumerate(("ga_steps", "gw_steps")):
+        src = _sub(
+            src,
+            rf"^( +)_release_held\(empty, prev, 1, REL\)\n(?= +else:\n +it \+= {steps}\n)",
+            rf"\g<0>\1_trace_tile(trace_ptr, WG, nt, {kind}, t_start, t_wait, t_ready, t_kend)\n",
+        )
+    return src
+
+
+def traced_module():
+    """The traced copy, imported from a temporary file: Gluon reads a kernel's source from its module's file, so
+    the rewritten text must be a real module (hence importlib: there is no package to import it from)."""
+    path = Path(tempfile.mkdtemp()) / "gluon_backward_traced.py"
+    path.write_text(traced_source(Path(gb.__file__).read_text()))
+    spec = importlib.util.spec_from_file_location("gluon_backward_traced", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def variant(name: str, m: int, s: int) -> gb.GluonConfig | None:
+    """The table's entry for (M, S) with the variant's overrides, or None (no Gluon entry for the shape)."""
+    base = gb.gluon_config_for(m, s, (9, 0), include_disabled=True)
+    return None if base is None else replace(base, **VARIANTS[name])
+
+
+def kind_plan(real: Plan, kind: str) -> Plan:
+    """The real plan with one kind of tile zeroed ("both": the real plan, each tile tagged with its kind), each
+    program keeping its tiles of the other: grad_weight alone has no grad_attn rows (n_ga_m = 0); grad_attn alone
+    makes every program a grad_attn program of a partition (the kernel's grad_weight tile count is a constant)."""
+    if kind == "gw":
+        return replace(real, n_ga_m=0, n_ga=0)
+    if kind == "ga":
+        p = real.p_ga or real.programs
+        return replace(real, n_gw=0, p_ga=p, programs=p)
+    return real
+
+
+def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.Tensor) -> None:
+    s = go.shape[1]
+    args, constexprs = tm.launch_arguments(go.view(-1, HIDDEN), w, x.view(-1, HIDDEN), gw, ga, s, cfg, plan)
+    if not cfg.host_desc:
+        tm._ensure_allocator()
+    tm.entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)
+
+
+def new_trace(plan: Plan, device) -> torch.Tensor:
+    return torch.zeros(plan.programs, 2, MAX_TILES, len(FIELDS), dtype=torch.int64, device=device)
+
+
+def check(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, device) -> str:
+    """One round of the harness's correctness loop on the traced kernel with the real plan."""
+
+    def fn(go, x, w, out):
+        launch(tm, go, x, w, *out, cfg, plan, new_trace(plan, device))
+        _finish_or_exit(20.0, f"check ({b},{s})")
+        return out
+
+    res = check_rounds(fn, b, s, device, rounds=1)
+    return "ok" if res.ok else f"INCORRECT {res.reason}"
+
+
+def trace_runs(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, reps: int, device) -> list[torch.Tensor]:
+    """``reps`` traced launches (after one more), each behind an L2 flush and queued behind a sleep kernel."""
+    go, x, w = make_inputs(b, s, device, generator=torch.Generator(device).manual_seed(0))
+    ga = torch.empty(b, NUM_HEADS, s, HEAD_DIM, dtype=go.dtype, device=device)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=go.dtype, device=device)
+    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size, dtype=torch.int8, device=device)
+    out = []
+    for r in range(reps + 1):
+        trace = new_trace(plan, device)
+        torch.cuda._sleep(3_000_000)  # the GPU is busy while the host enqueues the flush and the kernel
+        flush.fill_(r)
+        launch(tm, go, x, w, ga, gw, cfg, plan, trace)
+        _finish_or_exit(20.0, f"trace ({b},{s})")
+        if r:
+            out.append(trace.cpu())
+    return out
+
+
+# the table's columns (us): tiles per warpgroup, the K loop per step (from its first MMA wait), that first wait,
+# ping-pong's turn wait, the epilogue, the gap (a warpgroup's epilogue end to its next tile's first MMA), the
+# handoff (a program's tile's last MMA retired to its next tile's first MMA; negative: overlapped), the span
+COLUMNS = (("tiles", "tiles/WG"), ("loop", "loop/step"), ("first", "1st wait"), ("turn", "turn"), ("epi", "epilogue"))
+COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("span", "span"))
+
+
+def summarise(trace: torch.Tensor, m: int, bk: int) -> dict[int, dict[str, float]]:
+    """One launch, per kind of tile: the means (us) over its records, its tiles seen ("n") and the span. "gap" and
+    "handoff" are counted with the tile before them: a warpgroup's epilogue end to its next tile's first MMA, and
+    the program's tile's last MMA retired to the program's next tile's first MMA (either warpgroup)."""
+    steps = {0: HIDDEN // bk, 1: -(-m // bk)}
+    acc: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    tiles: dict[tuple[int, int], tuple[int, int, int]] = {}  # (program, slot) -> (kind, first ready, last K end)
+    recs = trace.view(-1, MAX_TILES, len(FIELDS))  # (program * 2 + warpgroup, slot, field)
+    for lane, slots in enumerate(recs.tolist()):
+        mine = [(slot, r) for slot, r in enumerate(slots) if r[0]]  # this warpgroup's tiles, in order
+        for kind, n in Counter(r[7] for _, r in mine).items():
+            acc[kind]["tiles"].append(n)
+        for i, (slot, (start, wait, ready, kend, epi, _, _, kind)) in enumerate(mine):
+            a = acc[kind]
+            a["loop"].append((kend - wait) / steps[kind] / 1e3)
+            a["first"].append((ready - wait) / 1e3)
+            a["turn"].append((wait - start) / 1e3)
+            a["epi"].append((epi - kend) / 1e3)
+            if i + 1 < len(mine):
+                a["gap"].append((mine[i + 1][1][2] - epi) / 1e3)
+            _, r0, k0 = tiles.get((lane // 2, slot), (kind, ready, kend))
+            tiles[(lane // 2, slot)] = (kind, min(r0, ready), max(k0, kend))
+    for (program, slot), (kind, _, kend) in tiles.items():
+        if (program, slot + 1) in tiles:
+            acc[kind]["handoff"].append((tiles[(program, slot + 1)][1] - kend) / 1e3)
+    valid = recs[recs[..., 0] != 0]
+    span = float(valid[:, 4].max() - valid[:, 0].min()) / 1e3 if valid.numel() else float("nan")
+    out = {}
+    for kind, a in acc.items():
+        out[kind] = {c: statistics.fmean(a[c]) if a[c] else float("nan") for c, _ in COLUMNS if c != "span"}
+        out[kind].update(span=span, n=sum(k == kind for k, _, _ in tiles.values()))
+    return out
+
+
+def compact(trace: torch.Tensor) -> torch.Tensor:
+    """A launch's records for --save (SAVED columns, int32, times in ns from the launch's first tile start)."""
+    recs = trace.view(-1, MAX_TILES, len(FIELDS))  # (program * 2 + warpgroup, slot, field)
+    lanes, slots = (recs[..., 0] != 0).nonzero(as_tuple=True)
+    rec = recs[lanes, slots]
+    times = rec[:, :5] - rec[:, 0].min() if rec.numel() else rec[:, :5]
+    return torch.cat([torch.stack([lanes // 2, lanes % 2, slots, rec[:, 7], rec[:, 5]], 1), times], 1).int()
+
+
+SAVED = ("program", "wg", "slot", "kind", "sm", *FIELDS[:5])
+
+
+def timer_step(traces: list[torch.Tensor]) -> float:
+    """The smallest step of %globaltimer seen (ns): its resolution, at least."""
+    stamps = torch.cat([t[..., :5][t[..., 0] != 0].flatten() for t in traces]).unique()
+    return float((stamps[1:] - stamps[:-1]).min()) if stamps.numel() > 1 else float("nan")
+
+
+def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, saved: dict) -> None:
+    """One variant at M: its check, then a table row per kind traced and kind of tile seen."""
+    b, s = m // 128, 128
+    cfg = variant(name, m, s)
+    if cfg is None:
+        print(f"| {name} | | no Gluon table entry for ({b},{s}) |", flush=True)
+        return
+    real = gb.plan_for(m, cfg, torch.cuda.get_device_properties(device).multi_processor_count)
+    if cfg.pp_gw_only and not real.p_ga:
+        print(f"| {name} | | shared schedule: no grad_weight-only programs, the same kernel as hold7 |", flush=True)
+        return
+    verdict = check(tm, b, s, cfg, real, device)
+    print(f"| {name} | check | {real.kind} p_ga={real.p_ga} programs={real.programs} | {verdict} |", flush=True)
+    for kind in kinds:
+        plan = kind_plan(real, kind)
+        traces = trace_runs(tm, b, s, cfg, plan, reps, device)
+        saved[f"{m}/{name}/{kind}"] = [compact(tr) for tr in traces]
+        per = [summarise(t, m, cfg.bk) for t in traces]
+        expected = {0: plan.n_ga, 1: plan.n_gw}
+        for k in sorted({k for p in per for k in p}):
+            cells = [statistics.median(p[k][c] for p in per if k in p) for c, _ in COLUMNS]
+            seen = sorted({int(p[k]["n"]) for p in per if k in p})
+            flag = "" if seen == [expected[k]] else f" (expected {expected[k]})"
+            steps = HIDDEN // cfg.bk if k == 0 else -(-m // cfg.bk)
+            print(
+                f"| {name} | {kind}: {'ga' if k == 0 else 'gw'} x{steps} | p_ga={plan.p_ga} programs={plan.programs} | "
+                + " | ".join(f"{v:.2f}" for v in cells)
+                + f" | {seen}{flag} | {timer_step(traces):.0f} ns |",
+                flush=True,
+            )
+
+
+def part_trace(tm, args: argparse.Namespace, device) -> None:
+    saved: dict[str, list[torch.Tensor]] = {}
+    for m in args.ms:
+        print(f"\n== M={m} ({m // 128},128): us, medians over {args.reps} launches of each launch's mean", flush=True)
+        head = "| variant | kind | plan | " + " | ".join(h for _, h in COLUMNS) + " | tiles seen | timer step |"
+        print(head + "\n|" + "---|" * (head.count("|") - 1), flush=True)
+        for name in args.variants.split(","):
+            try:
+                trace_variant(tm, name, m, args.kinds.split(","), args.reps, device, saved)
+            except Exception as exc:  # one variant failing must not cost the others
+                print(f"| {name} | failed | {type(exc).__name__}: {str(exc)[:300]} |", flush=True)
+        if args.save:  # after every M: a later hang or timeout keeps what was traced
+            torch.save({"fields": SAVED, "traces": saved}, args.save)
+
+
+def compile_only(ms: list[int], names: list[str]) -> int:
+    """The traced copy compiled for sm_90 on this host (no GPU): per M and variant, one line of figures."""
+    from diag_gluon import _resource_usage, compile_for  # scripts/ is on the path when this runs as a script
+
+    tm = traced_module()
+    trace = torch.zeros(132 * 2 * MAX_TILES * len(FIELDS), dtype=torch.int64)
+    for m in ms:
+        s = min(128, m)
+        for name in names:
+            cfg = variant(name, m, s)
+            if cfg is None:
+                print(f"M={m} {name}: no Gluon table entry for this shape")
+                continue
+            _, k = compile_for(m, s, cfg, module=tm, extra={"trace_ptr": trace})
+            ptx = k.asm["ptx"]
+            print(
+                f"M={m} {name} traced: shared {k.metadata.shared} B, {_resource_usage(k.asm['cubin'])}, "
+                f"globaltimer {ptx.count('%globaltimer')}, smid {ptx.count('%smid')}, "
+                f"st.global {ptx.count('st.global')}, wgmma {ptx.count('wgmma.mma_async')}",
+                flush=True,
+            )
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS] + [k for k in args.kinds.split(",") if k not in (*KINDS, "both")]
+    unknown += [p for p in args.parts.split(",") if p != "trace"] + [m for m in args.ms if m % 128]
+    if unknown:
+        print(f"unknown variant(s), kind(s) or part(s), or M not a multiple of 128: {unknown}", file=sys.stderr)
+        return 2
+    if args.compile_only is not None:
+        return compile_only(args.compile_only or args.ms, names)
+    device = torch.device("cuda")
+    print(f"GPU {torch.cuda.get_device_name(device)}, fields {FIELDS}", flush=True)
+    if "trace" in args.parts.split(","):
+        part_trace(traced_module(), args, device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(ARGS))

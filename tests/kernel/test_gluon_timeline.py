@@ -1,0 +1,61 @@
+"""The traced copy of the Gluon kernel (``scripts/diag_gluon_timeline.py``: kernel/gluon_backward.py's source
+rewritten at fixed anchors to stamp each tile) compiled for sm_90 on a machine without a GPU, cooperative and
+ping-pong, as tests/kernel/test_kernel_compile.py does for the tile-language kernel's traced copy; and an anchor
+the kernel's text has lost is named by the rewrite, not passed over. If the kernel moves on, this fails here
+rather than on the GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import PROJECT
+
+H200_SHARED_MAX = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
+
+
+def _ptxas_present() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return False
+    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+
+
+pytestmark = pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
+
+
+def _run_script(*args: str) -> subprocess.CompletedProcess:
+    """A script of scripts/ on this host's CUDA path (the interpreter switched off), from the repository root."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(PROJECT)
+    return subprocess.run([sys.executable, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_traced_gluon_kernel_compiles_cooperative_and_pingpong_with_its_stamps() -> None:
+    out = _run_script("scripts/diag_gluon_timeline.py", "--compile-only", "512", "--variants", "coop,pp7")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if " traced: " in ln]
+    assert [ln.split(" traced")[0] for ln in lines] == ["M=512 coop", "M=512 pp7"], out.stdout
+    for line in lines:
+        assert 0 < int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+        assert "stack 0, local 0" in line, line  # no register spills
+        # the stamps (timer and SM id), their records' stores, and the kernel's own MMAs
+        for what in ("globaltimer", "smid", "st.global", "wgmma"):
+            assert int(re.search(rf"{re.escape(what)} (\d+)", line).group(1)) > 0, line
+
+
+def test_a_lost_anchor_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    import diag_gluon_timeline as dgt
+
+    src = (PROJECT / "kernel" / "gluon_backward.py").read_text()
+    traced = dgt.traced_source(src)
+    assert traced.count("_trace_tile(trace_ptr, WG, nt") == 4  # two kinds of tile, cooperative and ping-pong
+    with pytest.raises(dgt.AnchorError, match=r"prev2 = 0.*found 0.*update the anchors"):
+        dgt.traced_source(src.replace("prev2 = 0", "prev_before = 0"))
