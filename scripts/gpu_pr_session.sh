@@ -21,7 +21,7 @@
 # suite (B8_S128 +10 % in one run is +1.2 % of an 8-case suite) confirms all 8 cases: give p3 the full 600 s.
 # Usage (GPU machine, repo root): bash scripts/gpu_pr_session.sh p1|p2|p3|prlite; logs and state go to $OUT.
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ] || [ -z "${1:-}" ]; then
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 set -u
