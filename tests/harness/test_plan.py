@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -30,6 +29,7 @@ from kernel.configs import config_for
 from kernel.schedule import plan_schedule
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 from tests.support import PROJECT
+from tests.support.sm90 import cuda_env, ptxas_present
 
 B, S = 2, 128
 M = B * S
@@ -54,18 +54,13 @@ with open(out, "w") as fh:
 """
 
 
-def _ptxas_present() -> bool:
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> CompiledKernel:
     """The project's kernel compiled for sm_90 with the launcher's arguments for B2_S128."""
-    if not _ptxas_present():
+    if not ptxas_present():
         pytest.skip("triton's bundled ptxas is not installed")
     folder = tmp_path_factory.mktemp("compiled")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env |= {"PYTHONPATH": str(PROJECT), "TRITON_CACHE_DIR": str(folder / "cache")}
+    env = cuda_env(TRITON_CACHE_DIR=str(folder / "cache"))
     out = folder / "compiled.json"
     proc = subprocess.run(
         [sys.executable, "-c", _COMPILE, str(M), str(S), str(out)],

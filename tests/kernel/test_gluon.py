@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,16 +14,7 @@ from problem.correctness import check_rounds
 from problem.reference import make_inputs
 from problem.workload import CASES, HEAD_DIM, NUM_HEADS
 from tests.support import PROJECT
-
-H200_SHARED_MAX = 232448
-
-
-def _ptxas_present() -> bool:
-    try:
-        import triton
-    except ImportError:
-        return False
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, run_script
 
 
 def test_selection_table_is_hopper_only_and_per_shape() -> None:
@@ -109,18 +96,9 @@ def test_table_lines_are_the_selection_writers() -> None:
         mod.entry_line(512, {**asdict(base), "a_future_switch": 1})
 
 
-@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(PROJECT)
-    out = subprocess.run(
-        [sys.executable, "scripts/diag_gluon.py", *map(str, gb.GLUON_TABLE), "--both-entries"],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_script("scripts/diag_gluon.py", *map(str, gb.GLUON_TABLE), "--both-entries")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
     assert len(lines) == 2 * len(gb.GLUON_TABLE), out.stdout  # host- and device-descriptor entry points

@@ -6,39 +6,18 @@ rather than on the GPU."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support import PROJECT
+from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, run_script
 
-H200_SHARED_MAX = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
-
-
-def _ptxas_present() -> bool:
-    try:
-        import triton
-    except ImportError:
-        return False
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
-
-
-pytestmark = pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
-
-
-def _run_script(*args: str) -> subprocess.CompletedProcess:
-    """A script of scripts/ on this host's CUDA path (the interpreter switched off), from the repository root."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(PROJECT)
-    return subprocess.run([sys.executable, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
+pytestmark = pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 
 
 def test_traced_gluon_kernel_compiles_cooperative_and_pingpong_with_its_stamps() -> None:
-    out = _run_script("scripts/diag_gluon_timeline.py", "--compile-only", "512", "--variants", "coop,pp7")
+    out = run_script("scripts/diag_gluon_timeline.py", "--compile-only", "512", "--variants", "coop,pp7")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if " traced: " in ln]
     assert [ln.split(" traced")[0] for ln in lines] == ["M=512 coop", "M=512 pp7"], out.stdout

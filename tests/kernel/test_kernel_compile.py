@@ -4,38 +4,17 @@ the H200's shared memory and spills nothing. Catches a broken CUDA-only branch t
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.support import PROJECT
-
-H200_SHARED_MAX = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
+from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, run_script
 
 
-def _ptxas_present() -> bool:
-    try:
-        import triton
-    except ImportError:
-        return False
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
-
-
-def _run_script(*args: str) -> subprocess.CompletedProcess:
-    """A script of scripts/ on this host's CUDA path (the interpreter switched off), from the repository root."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(PROJECT)
-    return subprocess.run([sys.executable, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
-
-
-@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 @pytest.mark.parametrize("seq", [128, 100])  # 100: grad_attn tiles straddle batches, so no TMA store for them
 def test_cuda_launch_compiles_for_sm90_without_spills(seq: int) -> None:
-    out = _run_script("scripts/diag_compile.py", "256", "1024", "8192", "--seq", str(seq))
+    out = run_script("scripts/diag_compile.py", "256", "1024", "8192", "--seq", str(seq))
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
     assert len(lines) == 3, out.stdout
@@ -46,11 +25,11 @@ def test_cuda_launch_compiles_for_sm90_without_spills(seq: int) -> None:
         assert int(re.search(r"wgmma (\d+)", line).group(1)) > 0, line  # Hopper tensor-core MMAs, not FMA
 
 
-@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas is not installed")
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_traced_copy_of_the_kernel_still_builds_and_stamps_each_program() -> None:
     """scripts/diag_timeline.py rewrites the kernel's source at fixed anchors to add per-program stamps; if the
     kernel's text moves on, the rewrite or the compile fails here rather than on the GPU."""
-    out = _run_script("scripts/diag_timeline.py", "--compile-only", "256", "2048")
+    out = run_script("scripts/diag_timeline.py", "--compile-only", "256", "2048")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if " traced: " in ln]
     assert len(lines) == 2, out.stdout
