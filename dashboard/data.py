@@ -401,6 +401,11 @@ def pull_requests(db: Database, hardware: str) -> pd.DataFrame:
     return queries.pull_request_runs(db, hardware=hardware)
 
 
+def _worst(row: dict) -> str:
+    """A row's worst case and its change ("B4_S128 +10.0%"), or the dash."""
+    return fmt.DASH if fmt.missing(row["worst_case"]) else f"{row['worst_case']} {fmt.signed_pct(row['worst_change'])}"
+
+
 def pull_requests_table(prs: pd.DataFrame) -> pd.DataFrame:
     """One row per pull request's run, newest first: time, branch, commit, the merge-base it was judged against,
     verdict, cases moved, suite change with its interval, the worst case, and the dashboard's link to it."""
@@ -417,7 +422,6 @@ def pull_requests_table(prs: pd.DataFrame) -> pd.DataFrame:
     ]
     rows = []
     for r in prs.to_dict("records"):
-        worst = fmt.DASH if fmt.missing(r["worst_case"]) else f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
         rows.append(
             {
                 "time": r["started_at"],
@@ -427,7 +431,7 @@ def pull_requests_table(prs: pd.DataFrame) -> pd.DataFrame:
                 "verdict": fmt.DASH if fmt.missing(r["verdict"]) else str(r["verdict"]),
                 "moved": _moved(r["cases_moved"], r["n_cases"]),
                 "suite change [interval]": fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
-                "worst case": worst,
+                "worst case": _worst(r),
                 "open": f"?commit={r['commit']}&base={r['base']}",
             }
         )
@@ -459,7 +463,6 @@ def changes_table(ch: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for r in ch.to_dict("records"):
-        worst = fmt.DASH if fmt.missing(r["worst_case"]) else f"{r['worst_case']} {fmt.signed_pct(r['worst_change'])}"
         rows.append(
             {
                 "time": r["started_at"] if not fmt.missing(r["started_at"]) else r["created_at"],
@@ -468,7 +471,7 @@ def changes_table(ch: pd.DataFrame) -> pd.DataFrame:
                 "direction": r["direction"],
                 "moved": _moved(r["cases_moved"], r["n_cases"]),
                 "suite change [interval]": fmt.interval(r["suite_change"], r["suite_lo"], r["suite_hi"]),
-                "worst case": worst,
+                "worst case": _worst(r),
                 "detected_by": r["detected_by"],
                 "fixed_by": "" if fmt.missing(r["fixed_by_commit"]) else fmt.short(r["fixed_by_commit"]),
                 "ack reason": "" if fmt.missing(r["ack_reason"]) else str(r["ack_reason"]),

@@ -10,11 +10,11 @@ Usage: python scripts/rejudge_stored.py HISTORY.duckdb REPO.git RUN_ID  (then `s
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 
+from ci.service.gitutil import GitError, first_parent_ancestry
 from ci.verdict.apply import judge_run
-from storage.db import open_database
+from storage.db import StorageError, open_database
 
 
 def main(argv: list[str]) -> int:
@@ -24,22 +24,32 @@ def main(argv: list[str]) -> int:
     ap.add_argument("run_id", help="the pull request's stored run")
     args = ap.parse_args(argv)
     path, repo, run_id = args.history, args.repo, args.run_id
-    db = open_database(path)
-    with db.read() as conn:
-        row = conn.execute('SELECT "commit", base, branch FROM runs WHERE run_id = ?', [run_id]).fetchone()
-        if row is None or row[1] is None:
-            print(f"rejudge_stored: {run_id} is not a pull request's run in {path}", file=sys.stderr)
-            return 2
-        commit, base, branch = row
-        stored = conn.execute(
-            """SELECT run_id, "commit" FROM runs WHERE purpose = 'confirm' AND branch = ?
-               AND "commit" IN (?, ?) ORDER BY started_at""",
-            [branch, commit, base],
-        ).fetchall()
+    db = open_database(path, create=False)
+    try:
+        with db.read() as conn:
+            row = conn.execute('SELECT "commit", base, branch FROM runs WHERE run_id = ?', [run_id]).fetchone()
+            stored = conn.execute(
+                """SELECT run_id, "commit" FROM runs WHERE purpose = 'confirm' AND branch = ?
+                   AND "commit" IN (?, ?) ORDER BY started_at""",
+                [row[2], row[0], row[1]] if row else [None, None, None],
+            ).fetchall()
+    except StorageError as exc:
+        print(f"rejudge_stored: {exc}", file=sys.stderr)
+        return 2
+    if row is None or row[1] is None:
+        print(f"rejudge_stored: {run_id} is not a pull request's run in {path}", file=sys.stderr)
+        return 2
+    commit, base, _ = row
     pairs = [("A" if c == base else "B", r) for r, c in stored]
-    line = subprocess.run(
-        ["git", "-C", repo, "rev-list", "--first-parent", base], capture_output=True, text=True, check=True
-    ).stdout.split()
+    try:
+        line = first_parent_ancestry(repo, base)  # the merge-base's line, as the runner judges a PR's job
+    except GitError as exc:
+        line, why = [], str(exc)
+    else:
+        why = f"{base[:12]} is not a commit of {repo}"
+    if not line:
+        print(f"rejudge_stored: {why}", file=sys.stderr)
+        return 2
 
     def confirm(parent: str, head: str, cases: list[str]) -> list[tuple[str, str]]:
         return pairs

@@ -48,6 +48,8 @@ def git(
             ["git", *args], cwd=cwd, env=git_env(), input=input, capture_output=True, text=True, timeout=timeout
         )
     except FileNotFoundError:
+        if cwd is not None and not Path(cwd).is_dir():  # subprocess says the same for a missing cwd
+            raise GitError(f"git {' '.join(args)}: no such folder {cwd}") from None
         raise GitError("git is not installed (no `git` on PATH)") from None
     except subprocess.TimeoutExpired:
         raise GitError(f"git {' '.join(args)}: no answer after {timeout:.0f} s") from None

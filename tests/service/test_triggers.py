@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.service.gitutil import GitError, canonical_repo
+from ci.service.gitutil import GitError, canonical_repo, first_parent_ancestry
 from ci.service.triggers import poll
 from storage.db import Database, open_database
 from storage.ingest import ingest_result
@@ -97,6 +97,14 @@ def test_poll_errors(tmp_path: Path, db: Database) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ hooks
+def test_a_missing_repository_folder_is_named_not_called_a_missing_git(tmp_path: Path) -> None:
+    """A repository path that does not exist made subprocess raise what a missing git raises: the error said "git
+    is not installed" for a mistyped path."""
+    with pytest.raises(GitError, match=r"no such folder .*nope") as err:
+        first_parent_ancestry(tmp_path / "nope", "HEAD")
+    assert "not installed" not in str(err.value)
+
+
 def test_post_receive_hook_queues_each_push(tmp_path: Path, env: dict, db: Database) -> None:
     remote, work = clone_and_remote(tmp_path)
     res = solci(["hooks", "install", str(remote)], env, tmp_path)
