@@ -501,7 +501,7 @@ def _findings_section(key: str, token: tuple, row: pd.Series, sel: Selection) ->
                 "median_us": st.column_config.NumberColumn(f"median ({charts.US})", format="%.2f"),
                 "z": st.column_config.NumberColumn("z", format="%.1f"),
                 "change": st.column_config.TextColumn("change vs level"),
-                "control_change": st.column_config.TextColumn("eager/cuBLAS change"),
+                "control_change": st.column_config.TextColumn("eager & cuBLAS, shared change"),
                 "confirmed": st.column_config.TextColumn("confirmed [interval]"),
                 "error_line": st.column_config.TextColumn("error", width="large"),
             },
