@@ -309,6 +309,10 @@ def wait_for_jobs(db: Any, job_ids: list[int], runner: JobRunner, *, stop: threa
                 echo(f"job {jid} is {where}; waiting")
         if pending and not progressed:
             stop.wait(2.0)
+    for jid in pending:  # a stop signal ends the loop above: the job it let finish is done, not left
+        job = get_job(db, jid)
+        if job is not None and job.status in ("done", "failed"):
+            done[jid] = job
     return done
 
 

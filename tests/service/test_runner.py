@@ -282,6 +282,37 @@ def test_solci_run_and_watch_claim_with_the_runners_gpu_model(db: Database, tmp_
     assert get_job(db, unlabelled).gpu_model == "H200", "claimed without the runner's GPU model"
 
 
+def test_a_job_finished_after_a_stop_signal_counts_as_finished(db: Database, tmp_path: Path) -> None:
+    """A stop signal during a job lets it finish (``stopping after the current job``); that job is then done,
+    not "still queued for a worker": seen on the H200, where `solci watch --once` under `timeout` stored its
+    verdict and still said the job was left unfinished (exit 130). The next queued job is what stays queued."""
+    import threading
+
+    from ci.cli.common import jobs_exit_code, unfinished
+
+    repo = small_repo(tmp_path / "repo", n_commits=1)
+    first_sha = repo.head()
+    second_sha = repo.commit_file("z.txt", "z", "z")
+    first, _ = enqueue(db, str(repo.path), first_sha, branch="main", gpu_model="H200")
+    second, _ = enqueue(db, str(repo.path), second_sha, branch="main", gpu_model="H200")
+    stop = threading.Event()
+
+    class StoppedDuringTheJob(FakeExecutor):
+        def execute(self, *args: Any, **kwargs: Any) -> Execution:
+            stop.set()  # SIGTERM arrives while the job is measured
+            return super().execute(*args, **kwargs)
+
+    fake = StoppedDuringTheJob(dict.fromkeys([first_sha, second_sha], "pass"))
+    runner = JobRunner(db, JobRunnerConfig(worker="run", gpu_model="H200", confirm=False), executor=fake)
+    runner.start()
+    done = wait_for_jobs(db, [first, second], runner, stop=stop)
+    assert fake.calls == [first_sha], "the job after the stop signal was started"
+    assert {j: (job.status, job.outcome) for j, job in done.items()} == {first: ("done", "passed")}
+    assert unfinished([first, second], done) == [second]
+    assert get_job(db, second).status == "queued"
+    assert jobs_exit_code([first], done) == 0, "the finished job was called unfinished"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
