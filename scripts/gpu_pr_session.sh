@@ -19,6 +19,8 @@
 # cases measured +2.3 % / +2.9 %), so the spin is that much shorter than the share asks.
 # Measured 2026-12-02 (run 2): p1 with JOBS=8 404 s, p2 422 s, p3 90-245 s; but a p3 whose PR screening moves the
 # suite (B8_S128 +10 % in one run is +1.2 % of an 8-case suite) confirms all 8 cases: give p3 the full 600 s.
+# Measured 2026-12-02 (run 3): p3 465 s (main's neutral 12: 212 s, screened and confirmed; the PR: 237 s); its watch
+# is given WATCH_S=250 by default (a stop signal lets the job under way finish), so p3 fits one 600 s call.
 # Usage (GPU machine, repo root): bash scripts/gpu_pr_session.sh p1|p2|p3|prlite; logs and state go to $OUT.
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ] || [ -z "${1:-}" ]; then
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
@@ -179,7 +181,7 @@ if [ "$part" = p3 ]; then
   g switch -q main
   echo "# neutral 12" >> README.md && g commit -qam "neutral 12 (main goes on)"
   g push -q origin main
-  watch main-on
+  WATCH_S=${WATCH_S:-250} watch main-on
   pr_run 330
   cd "$here"
   tables > "$OUT/p3_tables.txt" 2>&1; cat "$OUT/p3_tables.txt"
