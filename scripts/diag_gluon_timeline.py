@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict] = {
     "hyb7": {"pingpong": True, "pp_gw_only": True, "stages": 7},  # ping-pong in grad_weight-only programs only
     "pp6": {"pingpong": True, "stages": 6},  # ping-pong at the table's depth
     "hold7": {"epi_hold": True, "stages": 7},  # cooperative with ping-pong's held-stage epilogue and depth
+    "w256s3": {"ga_bn": 256, "gw_bn": 256, "stages": 3},  # 128x256 tiles, cooperative (a step: 128x256x64)
 }
 
 

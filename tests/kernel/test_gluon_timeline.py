@@ -38,3 +38,16 @@ def test_a_lost_anchor_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert traced.count("_trace_tile(trace_ptr, WG, nt") == 4  # two kinds of tile, cooperative and ping-pong
     with pytest.raises(dgt.AnchorError, match=r"prev2 = 0.*found 0.*update the anchors"):
         dgt.traced_source(src.replace("prev2 = 0", "prev_before = 0"))
+
+
+def test_wgmma_ceiling_loops_compile_for_sm90_with_their_mmas_and_no_spills() -> None:
+    """scripts/diag_wgmma_ceiling.py's loops (the MMA ceiling the trace's per-step figures are set against):
+    every variant compiles for sm_90 here, with its four k16 warpgroup MMAs a step and two programs' shared memory
+    within an SM's (the two-per-SM variants must co-reside)."""
+    out = run_script("scripts/diag_wgmma_ceiling.py", "--compile-only")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
+    assert set(rows) == {"n128x2", "n128x2_amn", "n128x1", "n256x2", "n256x1", "n128x2_w0"}, out.stdout
+    for line in rows.values():
+        assert "wgmma in PTX 4," in line and "spills: False" in line, line
+        assert 2 * int(re.search(r"shared +(\d+) B", line).group(1)) <= H200_SHARED_MAX, line
