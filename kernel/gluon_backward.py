@@ -118,13 +118,17 @@ class GluonConfig:
 # let 6 stages fit beside the two epilogue buffers, and the depth made the difference (M = 256: 3 stages of 128x256
 # 18.6 us, 5 of 128x128 13.0, 6 of them 11.8). v19 (docs/h200/v19_run_a_*): ping-pong with the epilogue in a held
 # stage (7 stages) 0.93x v18 at M = 256, but 1.02-1.06x at M = 512-2048, where the cooperative entries stay; the
-# cooperative held-stage variant (7 stages) was slower everywhere. The entries are written by
+# cooperative held-stage variant (7 stages) was slower everywhere. v21 (docs/h200/v21_sweep.log): at M = 4096-8192,
+# where a 128x128 loop pulls more from L2 than it can give, 128x256 tiles of both kinds (3 stages beside their
+# epilogue buffers) 0.96x the tile-language kernel, which those buckets used before. The entries are written by
 # scripts/apply_gluon_selection.py from the sweep's selection file, the same text on the GPU copy and here.
 GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
     256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True), True),
     512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
     1024: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
     2048: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
+    4096: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
+    8192: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
 }
 
 

@@ -91,6 +91,21 @@ def variants() -> dict[str, tuple[int, object]]:
             out[f"hold7r{r}_{m}"] = (m, replace(base[m], epi_hold=True, stages=7, hold_release=r))
     # checked, not timed: M = 64-192 have grad_weight tiles of 1-3 steps, shorter than the release step
     out["hold7r3_256"] = (256, replace(base[256], epi_hold=True, stages=7, hold_release=3))
+    # item 22: 128x256 tiles (a quarter less L2 traffic per MMA than 128x128; the same wgmma ceiling, 0.301 against
+    # 0.303 us a 128x128x64 step, docs/h200/wgmma_ceiling.log) with the 3 stages that fit beside their epilogue
+    # buffers, against the cooperative 128x128 kernel (6 stages) and, at M >= 4096, the tile-language kernel
+    for m in (1024, 2048, 4096, 8192):
+        out[f"w256s3_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3))
+    for m in (4096, 8192):
+        out[f"coop_{m}"] = (m, big)
+        out[f"gw256s3_{m}"] = (m, replace(big, gw_bn=256, stages=3))
+    # item 22, run b: the tile order (GROUP row blocks share column blocks in flight) where the loops pull from L2
+    for m in (4096, 8192):
+        for g in (2, 8, 16):
+            out[f"w256s3g{g}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, group=g))
+    for m in (1024, 2048):
+        for g in (8, 16):
+            out[f"v18g{g}_{m}"] = (m, replace(base[m], group=g))
     return out
 
 

@@ -19,17 +19,19 @@ from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, run_script
 
 def test_selection_table_is_hopper_only_and_per_shape() -> None:
     for m, (cfg, enabled) in gb.GLUON_TABLE.items():
-        assert m in (256, 512, 1024, 2048) and isinstance(enabled, bool)
+        assert m in (256, 512, 1024, 2048, 4096, 8192) and isinstance(enabled, bool)
         assert cfg.gw_bm == 128 and cfg.ga_bm in (64, 128) and cfg.bk == 64  # two warpgroups of 64 rows
         # never on another architecture, nor under the interpreter (None), whatever the table says
         for cap in (None, (8, 0), (10, 0), (12, 0)):
             assert gb.gluon_config_for(m, 128, cap, include_disabled=True) is None
         assert gb.gluon_config_for(m, 128, (9, 0)) == (cfg if enabled else None)
         assert gb.gluon_config_for(m, 128, (9, 0), include_disabled=True) == cfg
-    # shapes the Gluon kernel cannot store (S not a multiple of the grad_attn tile's rows) and large M fall back
+    # shapes the Gluon kernel cannot store (S not a multiple of the grad_attn tile's rows) and M beyond the largest
+    # bucket (never measured) fall back to the tile-language kernel
     assert gb.gluon_config_for(300, 100, (9, 0), include_disabled=True) is None
-    assert gb.gluon_config_for(4096, 128, (9, 0), include_disabled=True) is None
-    assert gb.gluon_config_for(8192, 4096, (9, 0), include_disabled=True) is None
+    assert gb.gluon_config_for(4096, 64, (9, 0), include_disabled=True) is None
+    assert gb.gluon_config_for(16384, 128, (9, 0), include_disabled=True) is None
+    assert gb.gluon_config_for(8192, 4096, (9, 0)) == gb.GLUON_TABLE[8192][0]
 
 
 def test_enabled_entries_are_replayable() -> None:
@@ -126,6 +128,7 @@ def _gluon_fn(cfg: gb.GluonConfig):
 
 
 _GPU_SHAPES = [(1, 256), (4, 128), (1, 1024), (4, 256), (8, 128), (3, 128), (5, 64), (2, 192), (7, 128), (1, 64)]
+_GPU_SHAPES += [(4, 1024), (3, 1024), (40, 128), (2, 4096)]  # the 128x256 entries: M = 4096, 3072, 5120, 8192
 
 
 @pytest.mark.gpu
