@@ -259,12 +259,20 @@ def _moved_of(c: CommitReport) -> str:
     return f"{c.cases_moved} of {c.n_cases}" if c.n_cases else str(c.cases_moved)
 
 
+# how a step was found (ci.verdict.rules.Step.detected_by), as a reviewer reads it
+_DETECTED = {
+    "confirmed": "confirmed in interleaved pairs",
+    "screen": "seen at screening",
+    "late": "found by the late search",
+}
+
+
 def _step_text(c: CommitReport) -> str | None:
     if c.step_status is None:
         return None
-    text = f"step {c.step_id}: {c.step_status}"
+    text = f"{c.step_id}: {c.step_status}"  # the id already ends in "-step"
     if c.step_detected_by:
-        text += f" (detected {c.step_detected_by})"
+        text += f" ({_DETECTED.get(c.step_detected_by, 'detected ' + c.step_detected_by)})"
     if c.fixed_by:
         text += f", fixed by {c.fixed_by[:12]}"
     return text

@@ -84,7 +84,7 @@ def test_a_regressed_commit_names_its_moved_cases_with_intervals_and_its_open_st
         before, after, change, interval = float(cells[1]), float(cells[2]), cells[3], cells[4]
         assert after > before and change.startswith("+") and interval.startswith("[+")
     step = queries.verdict(scenario["db"], queries.commit_run(scenario["db"], sha)["run_id"])["step_id"]
-    assert f"- step: step {step}: open (detected confirmed)" in out.replace("\\_", "_"), out
+    assert f"- step: {step}: open (confirmed in interleaved pairs)" in out.replace("\\_", "_"), out
     assert "- worst case: B" in out and "- record: current level" in out
     assert f"[{sha[:12]} in the dashboard](http://localhost:8501/?commit={sha})" in out
 
@@ -180,7 +180,7 @@ def test_ack_by_the_reports_step_id_shows_in_the_report(tmp_path: Path, scenario
     assert f"step {step}" in said and "acknowledged" in said and "\x1b" not in said
     code, out, _ = _report(own, capsys, sha, "--format", "text")
     assert code == 0  # acknowledged: no longer an open step
-    assert f"step: step {step}: acknowledged" in out and "acknowledged: wider | tiles\\x1b[2K" in out
+    assert f"step: {step}: acknowledged" in out and "acknowledged: wider | tiles\\x1b[2K" in out
     code, md, _ = _report(own, capsys, sha)
     assert "- acknowledged: wider \\| tiles\\\\x1b\\[2K" in md
     # the same step again, or a step id that does not exist: one line, exit 2
