@@ -22,6 +22,8 @@ with ``pp_gw_only`` only in the grad_weight programs of a partitioned schedule a
 flight. The table enables ping-pong with 7 stages at M <= 256, where it measured 0.93x v18 (kernel/NOTES.md, v19).
 v20 (``hold_release``, off in the table): the cooperative held stage goes back to the loader a step or two later
 in the next tile, once its TMA stores have surely read it (tests/kernel/test_ring_model.py models the ring).
+v21: 128x256 tiles (3 stages) at M = 4096-8192. v22 (``halves``, off in the table): those tiles as two 128-column
+accumulators a warpgroup, the epilogue in two passes through half the buffer, so a 4th stage fits.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -93,8 +95,16 @@ class GluonConfig:
     # releases its held stage at the end of its own epilogue (the other warpgroup's main loop covers the wait), so it
     # has no next-tile release to move.
     hold_release: int = 1
+    # v22: each warpgroup's 256-column half-tile (128x256 tiles, cooperative) as two accumulators of 128 columns,
+    # its epilogue written through one 64x128 buffer in two passes: 32 KB of epilogue buffers instead of 64, so a
+    # 4th stage of 128x256 blocks fits (4 x 48 KB + 32 KB = 229,376 B)
+    halves: bool = False
 
     def __post_init__(self) -> None:
+        if self.halves and (
+            self.epi_hold or self.pingpong or self.ga_bm != 128 or (self.ga_bn, self.gw_bn) != (256, 256)
+        ):
+            raise ValueError("halves: cooperative 128x256 tiles of both kinds only (no epi_hold, no ping-pong)")
         if self.hold_release < 1 or (self.hold_release > 1 and self.hold_release > self.stages - 1):
             raise ValueError(f"hold_release {self.hold_release}: must be 1, or at most stages - 1 ({self.stages - 1})")
         if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):
@@ -286,6 +296,7 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
         HOLD_REL: gl.constexpr = 1,
+        NSPLIT: gl.constexpr = 1,
     ):  # fmt: skip
         """Cooperative: warpgroup WG (0 or 1) runs its half of every tile's MMAs, then its half of the epilogue,
         into its own buffer ``epi`` or (EPI_HOLD) into its part of the tile's last stage (WG 0 the A bytes, WG 1
@@ -308,8 +319,12 @@ if GLUON_IMPORTED:
         GA_WM: gl.constexpr = GA_BM // 2 if GA_SPLIT_M else GA_BM
         GA_WN: gl.constexpr = GA_BN if GA_SPLIT_M else GA_BN // 2
         GW_WM: gl.constexpr = GW_BM // 2
-        ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_WN)
-        gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_BN)
+        # NSPLIT = 2 (``halves``): each warpgroup's columns as two accumulators (acc: the first half, acc_hi: the
+        # second), each written through the epilogue buffer in its own pass
+        GA_QN: gl.constexpr = GA_WN // NSPLIT
+        GW_QN: gl.constexpr = GW_BN // NSPLIT
+        ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_QN)
+        gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_QN)
         if WG == 0:
             hold_ring = a_ring
         else:
@@ -327,7 +342,8 @@ if GLUON_IMPORTED:
                     am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
                     off_m = am * GA_BM
                     off_n = an * GA_BN
-                    acc = gl.zeros([GA_WM, GA_WN], gl.float32, ga_layout)
+                    acc = gl.zeros([GA_WM, GA_QN], gl.float32, ga_layout)
+                    acc_hi = gl.zeros([GA_WM, GA_QN], gl.float32, ga_layout)
                     for k in range(0, HID, BK):
                         s = it % STAGES
                         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -337,8 +353,13 @@ if GLUON_IMPORTED:
                             a = a.slice(WG * GA_WM, GA_WM, dim=0)
                         else:
                             b = b.slice(WG * GA_WN, GA_WN, dim=1)
-                        acc = warpgroup_mma(a, b, acc, is_async=True)
-                        acc = warpgroup_mma_wait(1, deps=(acc,))
+                        if NSPLIT == 2:
+                            acc = warpgroup_mma(a, b.slice(0, GA_QN, dim=1), acc, is_async=True)
+                            acc_hi = warpgroup_mma(a, b.slice(GA_QN, GA_QN, dim=1), acc_hi, is_async=True)
+                            acc, acc_hi = warpgroup_mma_wait(2, deps=(acc, acc_hi))
+                        else:
+                            acc = warpgroup_mma(a, b, acc, is_async=True)
+                            acc = warpgroup_mma_wait(1, deps=(acc,))
                         if EPI_HOLD and HOLD_REL > 1:
                             if k > 0:
                                 mbarrier.arrive(empty.index(prev), count=1)
@@ -350,7 +371,10 @@ if GLUON_IMPORTED:
                             _release_held(empty, prev, it)
                         prev = s
                         it += 1
-                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    if NSPLIT == 2:
+                        acc, acc_hi = warpgroup_mma_wait(0, deps=(acc, acc_hi))
+                    else:
+                        acc = warpgroup_mma_wait(0, deps=(acc,))
                     if EPI_HOLD and HOLD_REL > 1:
                         held = prev
                     if EPI_HOLD:
@@ -360,7 +384,7 @@ if GLUON_IMPORTED:
                         epi_ga = hold_ring.index(prev)._reinterpret(dtype, [GA_WM, GA_WN], hold_ring.layout)
                     else:
                         mbarrier.arrive(empty.index(prev), count=1)
-                        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_WN], epi.layout)
+                        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_QN], epi.layout)
                         tma.store_wait(0)  # the previous tile's store has left the buffer
                         gl.thread_barrier()
                     nt += 1
@@ -369,26 +393,39 @@ if GLUON_IMPORTED:
                     c0 = off_n + WG * GA_WN * (1 - GA_SPLIT_M)
                     b0 = r0 // S
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
-                    epi_ga.store(acc.to(dtype))
-                    fence_async_shared()
-                    gl.thread_barrier()
-                    for j in gl.static_range(GA_WN // HD):
-                        h = c0 // HD + j
-                        tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], epi_ga.slice(j * HD, HD, dim=1))
+                    for q in gl.static_range(NSPLIT):  # NSPLIT passes through the buffer, one per accumulator
+                        if q > 0:
+                            tma.store_wait(0)  # the first pass's stores have read the buffer
+                            gl.thread_barrier()
+                        if q == 0:
+                            epi_ga.store(acc.to(dtype))
+                        else:
+                            epi_ga.store(acc_hi.to(dtype))
+                        fence_async_shared()
+                        gl.thread_barrier()
+                        for j in gl.static_range(GA_QN // HD):
+                            h = c0 // HD + q * (GA_QN // HD) + j
+                            tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], epi_ga.slice(j * HD, HD, dim=1))
             else:
                 for t in range(gw_lo, n_gw, gw_step):
                     wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
                     off_o = wm * GW_BM
                     off_i = wn * GW_BN
-                    acc = gl.zeros([GW_WM, GW_BN], gl.float32, gw_layout)
+                    acc = gl.zeros([GW_WM, GW_QN], gl.float32, gw_layout)
+                    acc_hi = gl.zeros([GW_WM, GW_QN], gl.float32, gw_layout)
                     for k in range(0, M, BK):
                         s = it % STAGES
                         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                         a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
                         a = a.slice(WG * GW_WM, GW_WM, dim=1).permute((1, 0))
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
-                        acc = warpgroup_mma(a, b, acc, is_async=True)
-                        acc = warpgroup_mma_wait(1, deps=(acc,))
+                        if NSPLIT == 2:
+                            acc = warpgroup_mma(a, b.slice(0, GW_QN, dim=1), acc, is_async=True)
+                            acc_hi = warpgroup_mma(a, b.slice(GW_QN, GW_QN, dim=1), acc_hi, is_async=True)
+                            acc, acc_hi = warpgroup_mma_wait(2, deps=(acc, acc_hi))
+                        else:
+                            acc = warpgroup_mma(a, b, acc, is_async=True)
+                            acc = warpgroup_mma_wait(1, deps=(acc,))
                         if EPI_HOLD and HOLD_REL > 1:
                             if k > 0:
                                 mbarrier.arrive(empty.index(prev), count=1)
@@ -400,7 +437,10 @@ if GLUON_IMPORTED:
                             _release_held(empty, prev, it)
                         prev = s
                         it += 1
-                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    if NSPLIT == 2:
+                        acc, acc_hi = warpgroup_mma_wait(0, deps=(acc, acc_hi))
+                    else:
+                        acc = warpgroup_mma_wait(0, deps=(acc,))
                     if EPI_HOLD and HOLD_REL > 1:
                         held = prev
                     if EPI_HOLD:
@@ -409,17 +449,25 @@ if GLUON_IMPORTED:
                         epi_gw = hold_ring.index(prev)._reinterpret(dtype, [GW_WM, GW_BN], hold_ring.layout)
                     else:
                         mbarrier.arrive(empty.index(prev), count=1)
-                        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_BN], epi.layout)
+                        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_QN], epi.layout)
                         tma.store_wait(0)
                         gl.thread_barrier()
                     nt += 1
-                    epi_gw.store(acc.to(dtype))
-                    fence_async_shared()
-                    gl.thread_barrier()
-                    for j in gl.static_range(GW_BN // 64):
-                        tma.async_copy_shared_to_global(
-                            gw_out, [off_o + WG * GW_WM, off_i + j * 64], epi_gw.slice(j * 64, 64, dim=1)
-                        )
+                    for q in gl.static_range(NSPLIT):
+                        if q > 0:
+                            tma.store_wait(0)
+                            gl.thread_barrier()
+                        if q == 0:
+                            epi_gw.store(acc.to(dtype))
+                        else:
+                            epi_gw.store(acc_hi.to(dtype))
+                        fence_async_shared()
+                        gl.thread_barrier()
+                        for j in gl.static_range(GW_QN // 64):
+                            col = off_i + q * GW_QN + j * 64
+                            tma.async_copy_shared_to_global(
+                                gw_out, [off_o + WG * GW_WM, col], epi_gw.slice(j * 64, 64, dim=1)
+                            )
         tma.store_wait(0)
 
     @gluon.jit
@@ -573,7 +621,8 @@ if GLUON_IMPORTED:
                        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                       PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
+                       PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
+                       NSPLIT: gl.constexpr):  # fmt: skip
         if PINGPONG == 1:
             _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                          NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH)  # fmt: skip
@@ -585,30 +634,33 @@ if GLUON_IMPORTED:
                              HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 2, PP_DEPTH)  # fmt: skip
             else:
                 _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
-                          HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL)  # fmt: skip
+                          HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL,
+                          NSPLIT)  # fmt: skip
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL)  # fmt: skip
+                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL, NSPLIT)  # fmt: skip
 
     @gluon.jit
     def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
+                   NSPLIT: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
-                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
+                   NSPLIT: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -616,7 +668,7 @@ if GLUON_IMPORTED:
                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                     go_a, w_b, go_t, x_b):  # fmt: skip
+                     NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
 
@@ -629,6 +681,7 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
         HOLD_REL: gl.constexpr = 1,
+        NSPLIT: gl.constexpr = 1,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -641,7 +694,8 @@ if GLUON_IMPORTED:
         ga_out = tma.make_tensor_descriptor(ga_ptr, [M * NH, HD], [HD, 1], [GA_WM, HD], lay)
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
+                    NSPLIT)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -652,11 +706,13 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
         HOLD_REL: gl.constexpr = 1,
+        NSPLIT: gl.constexpr = 1,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL)  # fmt: skip
+                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
+                    NSPLIT)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -666,6 +722,7 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
+        NSPLIT: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -677,7 +734,7 @@ if GLUON_IMPORTED:
         a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, A_COLS], go_t.layout)
         b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
         GA_WN: gl.constexpr = GA_BN if GA_BM >= 128 else GA_BN // 2
-        EPI_COLS: gl.constexpr = GW_BN if GW_BN >= GA_WN else GA_WN
+        EPI_COLS: gl.constexpr = (GW_BN if GW_BN >= GA_WN else GA_WN) // NSPLIT  # NSPLIT: the epilogue in passes
         HOLD: gl.constexpr = EPI_HOLD or PINGPONG > 0
         if HOLD:
             # the epilogue goes into a held ring stage: 64 rows of up to A_COLS (B_COLS) columns per part
@@ -706,13 +763,13 @@ if GLUON_IMPORTED:
             [
                 (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT)),
                 (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                                PINGPONG, PP_DEPTH, HOLD_REL, go_a, w_b, go_t, x_b)),
+                                PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -763,6 +820,7 @@ def launch_arguments(
         "PINGPONG": cfg.pingpong_mode,
         "PP_DEPTH": cfg.pp_depth,
         "HOLD_REL": cfg.hold_release,
+        "NSPLIT": 2 if cfg.halves else 1,
     }
     return args, constexprs
 

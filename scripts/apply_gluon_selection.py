@@ -16,8 +16,9 @@ from pathlib import Path
 
 DEFAULTS = {"stages": 3, "group": 4, "loader_regs": 40, "bk": 64, "schedule": "auto", "host_desc": False}
 DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_depth": 1, "hold_release": 1})
+DEFAULTS["halves"] = False
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
-ORDER += ("pp_depth", "hold_release")
+ORDER += ("pp_depth", "hold_release", "halves")
 
 
 def entry_line(bucket: int, cfg: dict) -> str:

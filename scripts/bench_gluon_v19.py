@@ -42,8 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timed", nargs="*", help="B,S pairs to time (default: the built-in list)")
     ap.add_argument(
         "--select",
-        help="write here, per M bucket <= 2048, the variant to put in GLUON_TABLE: the fastest correct one if it beats "
-        "v18 (the faster of its two timings per shape) by MARGIN over the bucket's timed shapes, else v18",
+        help="write here, per M bucket, the variant to put in GLUON_TABLE: the fastest correct one if it beats the "
+        "bucket's baseline (the faster of its two timings per shape) by MARGIN over the bucket's timed shapes, else "
+        "the baseline (v18 at M <= 2048, v21's w256s3 above)",
     )
     ap.add_argument("--margin", type=float, default=0.015)
     return ap.parse_args(argv)
@@ -99,6 +100,10 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (4096, 8192):
         out[f"coop_{m}"] = (m, big)
         out[f"gw256s3_{m}"] = (m, replace(big, gw_bn=256, stages=3))
+    # item 22, next 1 (v22): 128x256 tiles with a 4th stage, their epilogue in two passes through a 64x128 buffer a
+    # warpgroup (GluonConfig.halves: two 128-column accumulators a warpgroup)
+    for m in (1024, 2048, 4096, 8192):
+        out[f"w256s4h_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=4, halves=True))
     # item 22, run b: the tile order (GROUP row blocks share column blocks in flight) where the loops pull from L2
     for m in (4096, 8192):
         for g in (2, 8, 16):
@@ -107,6 +112,12 @@ def variants() -> dict[str, tuple[int, object]]:
         for g in (8, 16):
             out[f"v18g{g}_{m}"] = (m, replace(base[m], group=g))
     return out
+
+
+def baseline(bucket: int) -> str:
+    """The variant a bucket's candidates are measured against (timed twice): v18's 128x128 entries at M <= 2048, v21's
+    128x256 ones (the table's since item 22) above."""
+    return f"v18_{bucket}" if bucket <= 2048 else f"w256s3_{bucket}"
 
 
 def applies(bucket: int, cfg, b: int, s: int) -> bool:
@@ -230,13 +241,13 @@ def run_checks(tasks: list[tuple], workers: int, timeout_s: float, tmp: Path) ->
 
 
 def select(rows: dict, candidates: dict[str, tuple[int, object]], margin: float) -> dict[str, dict]:
-    """Per bucket <= 2048 with a correct v18 timing: the candidate with the smallest geometric mean over the
-    bucket's timed shapes (timed on all of them), kept only if below (1 - margin) x v18's (each shape's v18 the
-    faster of its two timings)."""
+    """Per bucket with a correct timing of its baseline: the candidate with the smallest geometric mean over the
+    bucket's timed shapes (timed on all of them), kept only if below (1 - margin) x the baseline's (each shape's
+    baseline the faster of its two timings). ``ratio_to_v18``: to the baseline (v18 at M <= 2048)."""
     out: dict[str, dict] = {}
-    for bucket in (256, 512, 1024, 2048):
+    for bucket in LO:
         shapes = [bs for bs in rows if LO[bucket] < bs[0] * bs[1] <= bucket]
-        v18 = f"v18_{bucket}"
+        v18 = baseline(bucket)
         if not shapes or v18 not in candidates or any(v18 not in rows[bs] for bs in shapes):
             continue
 
@@ -328,7 +339,7 @@ def main() -> int:
         here = [n for n in names if n in ok and applies(allv[n][0], allv[n][1], b, s)]
         for n in here:
             row[n] = t(gluon_fn(allv[n][1]), b, s, True)
-        v18 = [n for n in here if n.startswith("v18_")]
+        v18 = [n for n in here if n == baseline(allv[n][0])]
         if v18:
             row[v18[0] + "_again"] = t(gluon_fn(allv[v18[0]][1]), b, s, True)
         rows[(b, s)] = row
@@ -347,11 +358,11 @@ def main() -> int:
     for (b, s), row in rows.items():
         m = b * s
         cand = {k: v for k, v in row.items() if k not in ("cublas", "triton") and not k.endswith("_again")}
-        v18 = min([v for k, v in row.items() if k.startswith("v18_")] or [row["triton"]])
+        v18 = min([v for k, v in row.items() if k in {baseline(bucket) for bucket in LO}] or [row["triton"]])
         best_k, best = min(cand.items(), key=lambda kv: kv[1]) if cand else ("triton", row["triton"])
         if row["triton"] < best:
             best_k, best = "triton", row["triton"]
-        base = v18 if m <= 2048 else row["triton"]  # what runs today at this M
+        base = v18  # what runs today at this M (its baseline variant; the tile-language kernel where none was timed)
         cb = row["cublas"]
         print(
             f"| ({b},{s}) | {m} | {cb:.1f} | {row['triton']:.1f} | {base:.1f} | {best_k} | {best:.1f} | "

@@ -38,6 +38,7 @@ VARIANTS: dict[str, dict] = {
     "pp6": {"pingpong": True, "stages": 6},  # ping-pong at the table's depth
     "hold7": {"epi_hold": True, "stages": 7},  # cooperative with ping-pong's held-stage epilogue and depth
     "w256s3": {"ga_bn": 256, "gw_bn": 256, "stages": 3},  # 128x256 tiles, cooperative (a step: 128x256x64)
+    "w256s4h": {"ga_bn": 256, "gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, two-pass epilogue
 }
 
 
@@ -123,7 +124,7 @@ def traced_source(src: str) -> str:
         rf"\g<0>\1if k == 0:\n\1    t_ready = {stamp}\n",
         count=4,
     )
-    src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=5)
+    src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=7)
     # the end of the epilogue: cooperative after its TMA stores are issued (the program's tile nt - 1) ...
     src = _sub(
         src,

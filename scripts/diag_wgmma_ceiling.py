@@ -27,14 +27,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-# name -> (BN, A MN-major, programs per SM, groups in flight)
-VARIANTS: dict[str, tuple[int, bool, int, int]] = {
-    "n128x2": (128, False, 2, 1),  # the cooperative grad_attn loop: two warpgroups of m64n128, A K-major
-    "n128x2_amn": (128, True, 2, 1),  # the cooperative grad_weight loop: A MN-major (transposed)
-    "n128x1": (128, False, 1, 1),  # one warpgroup on the tensor cores (a ping-pong main loop)
-    "n256x2": (256, False, 2, 1),  # a 128x256 cooperative tile: two warpgroups of m64n256
-    "n256x1": (256, False, 1, 1),
-    "n128x2_w0": (128, False, 2, 0),  # no MMA in flight across steps
+# name -> (BN, A MN-major, programs per SM, steps in flight, accumulators a warpgroup)
+VARIANTS: dict[str, tuple[int, bool, int, int, int]] = {
+    "n128x2": (128, False, 2, 1, 1),  # the cooperative grad_attn loop: two warpgroups of m64n128, A K-major
+    "n128x2_amn": (128, True, 2, 1, 1),  # the cooperative grad_weight loop: A MN-major (transposed)
+    "n128x1": (128, False, 1, 1, 1),  # one warpgroup on the tensor cores (a ping-pong main loop)
+    "n256x2": (256, False, 2, 1, 1),  # a 128x256 cooperative tile: two warpgroups of m64n256
+    "n256x1": (256, False, 1, 1, 1),
+    "n128x2_w0": (128, False, 2, 0, 1),  # no MMA in flight across steps
+    "n256x2_2acc": (256, False, 2, 1, 2),  # 128x256 as two m64n128 accumulators a warpgroup (GluonConfig.halves)
 }
 
 if __name__ == "__main__":  # --help answers before torch and Triton load
@@ -54,11 +55,14 @@ BK = gl.constexpr(64)
 
 
 @gluon.jit
-def wgmma_loop(src_ptr, out_ptr, steps, BN: gl.constexpr, A_MN: gl.constexpr, DEPTH: gl.constexpr):
+def wgmma_loop(
+    src_ptr, out_ptr, steps, BN: gl.constexpr, A_MN: gl.constexpr, DEPTH: gl.constexpr, NACC: gl.constexpr = 1
+):
     """``steps`` warpgroup MMAs of [64, 64] x [64, BN] from two shared slots filled with random bf16 from
     ``src_ptr`` (the tensor cores' power, and so the clock, depends on the data); the accumulator's sum to out."""
     lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    QN: gl.constexpr = BN // NACC  # NACC accumulators of QN columns, each step's B split between them
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 16])
     if A_MN:
         a_s = gl.allocate_shared_memory(gl.bfloat16, [2, BK, BM], lay)
     else:
@@ -74,16 +78,26 @@ def wgmma_loop(src_ptr, out_ptr, steps, BN: gl.constexpr, A_MN: gl.constexpr, DE
         a_s.index(slot).store(tile)
         b_s.index(slot).store(b_tile)
     fence_async_shared()
-    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    acc = gl.zeros([BM, QN], gl.float32, acc_layout)
+    acc_hi = gl.zeros([BM, QN], gl.float32, acc_layout)
     for i in range(steps):
         s = i % 2
         if A_MN:
             a = a_s.index(s).permute((1, 0))
         else:
             a = a_s.index(s)
-        acc = warpgroup_mma(a, b_s.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(DEPTH, deps=(acc,))
-    acc = warpgroup_mma_wait(0, deps=(acc,))
+        if NACC == 2:
+            acc = warpgroup_mma(a, b_s.index(s).slice(0, QN, dim=1), acc, is_async=True)
+            acc_hi = warpgroup_mma(a, b_s.index(s).slice(QN, QN, dim=1), acc_hi, is_async=True)
+            acc, acc_hi = warpgroup_mma_wait(2 * DEPTH, deps=(acc, acc_hi))
+        else:
+            acc = warpgroup_mma(a, b_s.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(DEPTH, deps=(acc,))
+    if NACC == 2:
+        acc, acc_hi = warpgroup_mma_wait(0, deps=(acc, acc_hi))
+        acc = acc + acc_hi
+    else:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
     total = gl.sum(gl.sum(acc, axis=1), axis=0)
     gl.store(out_ptr + gl.program_id(0), total)
 
@@ -101,8 +115,8 @@ def compile_only() -> None:
     backend = make_backend(target)
     out = torch.empty(264, dtype=torch.float32)
     src = torch.empty(128, 256, dtype=torch.bfloat16)
-    for name, (bn, a_mn, _, depth) in VARIANTS.items():
-        kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "num_warps": 4}
+    for name, (bn, a_mn, _, depth, nacc) in VARIANTS.items():
+        kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "NACC": nacc, "num_warps": 4}
         binder = create_function_from_signature(wgmma_loop.signature, wgmma_loop.params, backend)
         bound, spec, options = binder(src, out, 16, **kwargs)
         options, signature, cexprs, attrs = wgmma_loop._pack_args(backend, kwargs, bound, spec, options)
@@ -124,11 +138,11 @@ def sm_clock_mhz() -> float | None:
 
 
 def time_variant(name: str, steps: int, reps: int, sms: int) -> str:
-    bn, a_mn, per_sm, depth = VARIANTS[name]
+    bn, a_mn, per_sm, depth, nacc = VARIANTS[name]
     programs = sms * per_sm
     out = torch.empty(programs, dtype=torch.float32, device="cuda")
     src = torch.randn(128, 256, device="cuda").to(torch.bfloat16)
-    kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "num_warps": 4}
+    kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "NACC": nacc, "num_warps": 4}
     wgmma_loop[(programs,)](src, out, 16, **kwargs)  # compile, warm
     torch.cuda.synchronize()
     times = []

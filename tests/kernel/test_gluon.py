@@ -88,6 +88,7 @@ def test_table_lines_are_the_selection_writers() -> None:
     for cfg in (
         gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, epi_hold=True, hold_release=2),
         gb.GluonConfig(128, 128, 128, 128, stages=7, pingpong=True, pp_gw_only=True, pp_depth=2, hold_release=3),
+        gb.GluonConfig(128, 256, 128, 256, stages=4, host_desc=True, halves=True),
     ):
         line = mod.entry_line(512, asdict(cfg))
         assert len(line) <= 120 and eval(line.split(": ", 1)[1].rstrip(","), {"GluonConfig": gb.GluonConfig}) == (
@@ -96,6 +97,33 @@ def test_table_lines_are_the_selection_writers() -> None:
         )
     with pytest.raises(SystemExit):
         mod.entry_line(512, {**asdict(base), "a_future_switch": 1})
+
+
+def test_halves_only_where_a_warpgroup_owns_256_columns() -> None:
+    """``halves`` (v22) splits each warpgroup's 256-column half-tile into two accumulators: cooperative 128x256 tiles
+    of both kinds only; anywhere else it is refused, never silently ignored."""
+    assert gb.GluonConfig(128, 256, 128, 256, stages=4, halves=True).halves
+    for bad in (
+        {"ga_bn": 128, "gw_bn": 128},  # no 256-column half-tile to split
+        {"ga_bm": 64},  # a 64-row grad_attn tile is split by columns already
+        {"epi_hold": True},  # the held stage is one 32 KB epilogue, not two passes
+        {"pingpong": True},
+    ):
+        with pytest.raises(ValueError, match="halves"):
+            gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 256, "gw_bm": 128, "gw_bn": 256, "halves": True, **bad})
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_halves_fit_a_fourth_stage_of_128x256_blocks() -> None:
+    """With the epilogue in two passes (32 KB of buffers, not 64), 4 stages of 128x256x64 blocks fit an SM's shared
+    memory, with twice the MMAs in the PTX (two accumulators) and the same TMA stores, no spills."""
+    out = run_script("scripts/diag_gluon.py", "8192", "--set", "stages=4", "--set", "halves=True")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
+    shared = int(re.search(r"shared (\d+) B", line).group(1))
+    assert 4 * 48 * 1024 < shared <= H200_SHARED_MAX, line
+    assert "local 0" in line and "stack 0" in line, line
+    assert re.search(r"wgmma 32\b", line) and re.search(r"tma_store 16\b", line), line
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
@@ -147,3 +175,32 @@ def test_gluon_table_entries_correct_and_repeatable_on_gpu(b: int, s: int) -> No
     again = fn(g, x, w)
     for p, q in zip(first, again, strict=True):
         assert torch.equal(p.view(torch.int16), q.view(torch.int16))  # bit for bit, run to run
+
+
+def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_margin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/bench_gluon_v19.py --select: per bucket the fastest correct variant over the bucket's timed shapes if
+    it beats the bucket's baseline (v18 at M <= 2048, the 128x256 w256s3 above: the table's entries) by the margin
+    (against the faster of the baseline's two timings), else the baseline; written into GLUON_TABLE as is."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    import apply_gluon_selection
+    import bench_gluon_v19 as sweep
+
+    allv = sweep.variants()
+    rows = {
+        (2, 4096): {"cublas": 184.9, "w256s3_8192": 176.0, "w256s3_8192_again": 175.5, "w256s4h_8192": 171.0},
+        (4, 1024): {"cublas": 95.0, "w256s3_4096": 91.9, "w256s3_4096_again": 92.0, "w256s4h_4096": 91.0},
+        (8, 128): {"cublas": 29.0, "v18_1024": 25.6, "v18_1024_again": 25.7, "w256s4h_1024": 25.0},
+    }
+    names = ("w256s3_8192", "w256s4h_8192", "w256s3_4096", "w256s4h_4096", "v18_1024", "w256s4h_1024")
+    sel = sweep.select(rows, {n: allv[n] for n in names}, margin=0.015)
+    assert {b: e["name"] for b, e in sel.items()} == {
+        "8192": "w256s4h_8192",  # 171.0 against the faster baseline timing 175.5: 2.6 % faster
+        "4096": "w256s3_4096",  # 1.0 % faster: within the margin, the baseline stays
+        "1024": "w256s4h_1024",  # 2.3 % faster than v18
+    }
+    text = (PROJECT / "kernel/gluon_backward.py").read_text()
+    new = apply_gluon_selection.apply(text, sel)
+    assert "    8192: (GluonConfig(128, 256, 128, 256, stages=4, host_desc=True, halves=True), True)," in new
+    assert "    4096: (GluonConfig(128, 256, 128, 256, host_desc=True), True)," in new
