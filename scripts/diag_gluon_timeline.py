@@ -29,6 +29,11 @@ from pathlib import Path
 # %globaltimer ns; %smid, the warpgroup, the kind (KINDS)
 FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind")
 MAX_TILES = 16  # tile slots per program (the plans of M <= 2048 run at most 4 tiles a program)
+# one more slot per lane (program * 2 + warpgroup) after the tiles': the program's record, its entry stamped in
+# field "start" of warpgroup 0's (before the barriers' init), each consumer warpgroup's exit in field "epi" of its
+# own (after its last store_wait): the time outside the tiles (the prologue, the last stores' drain)
+PROGRAM_SLOT = MAX_TILES
+SLOTS = MAX_TILES + 1
 KINDS = {"ga": 0, "gw": 1}  # grad_attn_output tiles (K = 2048), grad_weight tiles (K = M)
 # name -> GluonConfig overrides of the table's entry for M
 VARIANTS: dict[str, dict] = {
@@ -79,7 +84,7 @@ _HELPERS = f'''
         t_epi = _trace_now()
         sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         if slot < {MAX_TILES}:
-            rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {MAX_TILES} + slot) * {len(FIELDS)}
+            rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + slot) * {len(FIELDS)}
             gl.store(rec, t_start)
             gl.store(rec + 1, t_wait)
             gl.store(rec + 2, t_ready)
@@ -88,6 +93,12 @@ _HELPERS = f'''
             gl.store(rec + 5, sm.to(gl.int64))
             gl.store(rec + 6, gl.to_tensor(WG).to(gl.int64))
             gl.store(rec + 7, gl.to_tensor(KIND).to(gl.int64))
+
+    @gluon.jit
+    def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
+        """The program's record (slot PROGRAM_SLOT of lane program * 2 + WG): a stamp into field FIELD."""
+        rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + {PROGRAM_SLOT}) * {len(FIELDS)}
+        gl.store(rec + FIELD, _trace_now())
 
 '''
 
@@ -125,6 +136,8 @@ def traced_source(src: str) -> str:
         count=4,
     )
     src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=7)
+    # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
+    src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
     # the end of the epilogue: cooperative after its TMA stores are issued (the program's tile nt - 1) ...
     src = _sub(
         src,
@@ -143,6 +156,7 @@ def traced_source(src: str) -> str:
             rf"^( +)_release_held\(empty, prev, 1, REL\)\n(?= +else:\n +it \+= {steps}\n)",
             rf"\g<0>\1_trace_tile(trace_ptr, WG, nt, {kind}, t_start, t_wait, t_ready, t_kend)\n",
         )
+    src = _sub(src, r"^(        )tma\.store_wait\(0\)\n", r"\g<0>\1_trace_program(trace_ptr, WG, 4)\n", count=2)
     return src
 
 
@@ -185,7 +199,7 @@ def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.T
 
 
 def new_trace(plan: Plan, device) -> torch.Tensor:
-    return torch.zeros(plan.programs, 2, MAX_TILES, len(FIELDS), dtype=torch.int64, device=device)
+    return torch.zeros(plan.programs, 2, SLOTS, len(FIELDS), dtype=torch.int64, device=device)
 
 
 def check(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, device) -> str:
@@ -232,7 +246,7 @@ def summarise(trace: torch.Tensor, m: int, bk: int) -> dict[int, dict[str, float
     steps = {0: HIDDEN // bk, 1: -(-m // bk)}
     acc: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     tiles: dict[tuple[int, int], tuple[int, int, int]] = {}  # (program, slot) -> (kind, first ready, last K end)
-    recs = trace.view(-1, MAX_TILES, len(FIELDS))  # (program * 2 + warpgroup, slot, field)
+    recs = trace.view(-1, SLOTS, len(FIELDS))[:, :MAX_TILES]  # (program * 2 + warpgroup, slot, field)
     for lane, slots in enumerate(recs.tolist()):
         mine = [(slot, r) for slot, r in enumerate(slots) if r[0]]  # this warpgroup's tiles, in order
         for kind, n in Counter(r[7] for _, r in mine).items():
@@ -259,9 +273,31 @@ def summarise(trace: torch.Tensor, m: int, bk: int) -> dict[int, dict[str, float
     return out
 
 
+def outside(trace: torch.Tensor) -> dict[str, float]:
+    """One launch, from the programs' records: the prologue (a program's entry to its first tile's start), the drain
+    (its last tile's epilogue end to its warpgroups' exit), the kernel's span inside the GPU (first entry to last
+    exit) and the tiles' span (the table's "span"), us; medians over the programs for the first two."""
+    lanes = trace.view(-1, 2, SLOTS, len(FIELDS))  # (program, warpgroup, slot, field)
+    tiles, prog = lanes[:, :, :MAX_TILES], lanes[:, :, PROGRAM_SLOT]
+    entry, exits = prog[:, 0, 0], prog[:, :, 4].max(dim=1).values
+    seen = tiles[..., 0] != 0
+    big = torch.iinfo(torch.int64).max
+    first = torch.where(seen, tiles[..., 0], big).flatten(1).min(dim=1).values
+    last = torch.where(seen, tiles[..., 4], 0).flatten(1).max(dim=1).values
+    ok = (entry != 0) & (exits != 0) & seen.flatten(1).any(dim=1)
+    if not bool(ok.any()):
+        return {"prologue": float("nan"), "drain": float("nan"), "kernel": float("nan"), "tiles": float("nan")}
+    return {
+        "prologue": float((first - entry)[ok].float().median()) / 1e3,
+        "drain": float((exits - last)[ok].float().median()) / 1e3,
+        "kernel": float(exits[ok].max() - entry[ok].min()) / 1e3,
+        "tiles": float(last[ok].max() - first[ok].min()) / 1e3,
+    }
+
+
 def compact(trace: torch.Tensor) -> torch.Tensor:
     """A launch's records for --save (SAVED columns, int32, times in ns from the launch's first tile start)."""
-    recs = trace.view(-1, MAX_TILES, len(FIELDS))  # (program * 2 + warpgroup, slot, field)
+    recs = trace.view(-1, SLOTS, len(FIELDS))[:, :MAX_TILES]  # (program * 2 + warpgroup, slot, field)
     lanes, slots = (recs[..., 0] != 0).nonzero(as_tuple=True)
     rec = recs[lanes, slots]
     times = rec[:, :5] - rec[:, 0].min() if rec.numel() else rec[:, :5]
@@ -307,6 +343,14 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
                 + f" | {seen}{flag} | {timer_step(traces):.0f} ns |",
                 flush=True,
             )
+        out = [outside(t) for t in traces]
+        cell = {c: statistics.median(o[c] for o in out) for c in out[0]}
+        print(
+            f"| {name} | {kind}: outside the tiles | prologue {cell['prologue']:.2f} | drain {cell['drain']:.2f} | "
+            f"kernel {cell['kernel']:.2f} | tiles {cell['tiles']:.2f} |",
+            flush=True,
+        )
+        saved[f"{m}/{name}/{kind}/programs"] = [t.view(-1, 2, SLOTS, len(FIELDS))[:, :, PROGRAM_SLOT] for t in traces]
 
 
 def part_trace(tm, args: argparse.Namespace, device) -> None:
@@ -329,7 +373,7 @@ def compile_only(ms: list[int], names: list[str]) -> int:
     from diag_gluon import _resource_usage, compile_for  # scripts/ is on the path when this runs as a script
 
     tm = traced_module()
-    trace = torch.zeros(132 * 2 * MAX_TILES * len(FIELDS), dtype=torch.int64)
+    trace = torch.zeros(132 * 2 * SLOTS * len(FIELDS), dtype=torch.int64)
     for m in ms:
         s = min(128, m)
         for name in names:

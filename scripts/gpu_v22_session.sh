@@ -3,10 +3,11 @@
 # ceiling of a warpgroup with two m64n128 accumulators (scripts/diag_wgmma_ceiling.py); 128x256 tiles with a 4th
 # stage and a two-pass epilogue (w256s4h) beside the table's entries (w256s3 at M = 4096-8192, v18 at 1024-2048),
 # the tile-language kernel and cuBLAS, the per-bucket winners into GLUON_TABLE, the GPU tests and the 16-case bench
-# (scripts/gpu_v19_session.sh's steps, logs v22_*); a trace of w256s4h beside w256s3 and coop at M = 2048.
+# (scripts/gpu_v19_session.sh's steps, logs v22_*); a trace of w256s4h beside w256s3 and coop at M = 1024, 2048,
+# with each program's time outside its tiles (item 22, Next 2).
 # Usage: bash scripts/gpu_v22_session.sh   (~330 s at most with the machine warm; logs under $OUT; carry .whl)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -23,6 +24,6 @@ ONLY="w256s3_8192 w256s4h_8192 w256s3_4096 w256s4h_4096 v18_2048 w256s4h_2048 v1
 SWEEP_ARGS="--only $ONLY --timed 2,4096 4,1024 16,128 8,128" TAG=v22 SWEEP_TIMEOUT=240 TESTS_TIMEOUT=100 \
   bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply tests bench
 start=$SECONDS
-timeout 90 python3 scripts/diag_gluon_timeline.py --ms 2048 --variants coop,w256s3,w256s4h --kinds both --reps 10 \
-  2>&1 | tee "$OUT/v22_trace.log" | tail -n 12
+timeout 120 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants coop,w256s3,w256s4h --kinds both \
+  --reps 10 2>&1 | tee "$OUT/v22_trace.log" | tail -n 24
 echo "step trace: $((SECONDS - start)) s"

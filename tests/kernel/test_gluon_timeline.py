@@ -51,3 +51,26 @@ def test_wgmma_ceiling_loops_compile_for_sm90_with_their_mmas_and_no_spills() ->
     for name, line in rows.items():  # four k16 MMAs a step for each accumulator
         assert f"wgmma in PTX {8 if name.endswith('_2acc') else 4}," in line and "spills: False" in line, line
         assert 2 * int(re.search(r"shared +(\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+
+
+def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each program's record (its entry, its warpgroups' exits) sits after its tiles' slots: the tile summary never
+    counts it as a tile, and ``outside`` gives the prologue (entry to first tile start), the drain (last epilogue
+    end to the later warpgroup's exit), the kernel's span and the tiles' span, here on a made-up launch (ns)."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_gluon_timeline as dgt
+
+    trace = torch.zeros(2, 2, dgt.SLOTS, len(dgt.FIELDS), dtype=torch.int64)  # two programs
+    for program, entry in enumerate((1_000, 1_200)):
+        for wg in range(2):  # one grad_weight tile a warpgroup: start, wait, ready, K end, epilogue end
+            start = entry + 500 + 100 * wg
+            trace[program, wg, 0, :5] = torch.tensor([start, start, start + 300, start + 5_000, start + 5_400])
+            trace[program, wg, 0, 7] = 1
+            trace[program, wg, dgt.PROGRAM_SLOT, 4] = start + 5_400 + 700 + 100 * wg  # exit after the drain
+        trace[program, 0, dgt.PROGRAM_SLOT, 0] = entry
+    got = dgt.outside(trace)
+    assert got == pytest.approx({"prologue": 0.5, "drain": 0.8, "kernel": 7.0, "tiles": 5.7})
+    summary = dgt.summarise(trace, 512, 64)
+    assert set(summary) == {1} and summary[1]["n"] == 2  # two grad_weight tiles, no program record among them
