@@ -278,6 +278,33 @@ if GLUON_IMPORTED:
                         it += 1
 
     @gluon.jit
+    def _mma_step(a, b, acc, acc_hi, QN: gl.constexpr, NSPLIT: gl.constexpr):
+        """A cooperative K-step's MMAs, the step before's retired on return (its stage may be released): one
+        accumulator, or (NSPLIT = 2, ``halves``) two, ``acc`` on b's first QN columns and ``acc_hi`` on the rest."""
+        if NSPLIT == 2:
+            acc = warpgroup_mma(a, b.slice(0, QN, dim=1), acc, is_async=True)
+            acc_hi = warpgroup_mma(a, b.slice(QN, QN, dim=1), acc_hi, is_async=True)
+            acc, acc_hi = warpgroup_mma_wait(2, deps=(acc, acc_hi))
+        else:
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+        return acc, acc_hi
+
+    @gluon.jit
+    def _epilogue_pass(epi, acc, acc_hi, q: gl.constexpr, dtype: gl.constexpr):
+        """Pass q of a cooperative epilogue (one per accumulator): once pass q - 1's TMA stores have read the
+        buffer, its accumulator (``acc``, then ``acc_hi``) into ``epi``, fenced for the TMA stores that follow."""
+        if q > 0:
+            tma.store_wait(0)
+            gl.thread_barrier()
+        if q == 0:
+            epi.store(acc.to(dtype))
+        else:
+            epi.store(acc_hi.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+
+    @gluon.jit
     def _release_held(empty, prev, it, REL: gl.constexpr = 1):
         """EPI_HOLD: the stage ``prev`` (the previous tile's last) held the epilogue; once its TMA stores have read
         it, hand it back to the loader (``REL`` arrivals). Nothing is held before the first tile (it == 0)."""
@@ -353,13 +380,7 @@ if GLUON_IMPORTED:
                             a = a.slice(WG * GA_WM, GA_WM, dim=0)
                         else:
                             b = b.slice(WG * GA_WN, GA_WN, dim=1)
-                        if NSPLIT == 2:
-                            acc = warpgroup_mma(a, b.slice(0, GA_QN, dim=1), acc, is_async=True)
-                            acc_hi = warpgroup_mma(a, b.slice(GA_QN, GA_QN, dim=1), acc_hi, is_async=True)
-                            acc, acc_hi = warpgroup_mma_wait(2, deps=(acc, acc_hi))
-                        else:
-                            acc = warpgroup_mma(a, b, acc, is_async=True)
-                            acc = warpgroup_mma_wait(1, deps=(acc,))
+                        acc, acc_hi = _mma_step(a, b, acc, acc_hi, GA_QN, NSPLIT)
                         if EPI_HOLD and HOLD_REL > 1:
                             if k > 0:
                                 mbarrier.arrive(empty.index(prev), count=1)
@@ -394,15 +415,7 @@ if GLUON_IMPORTED:
                     b0 = r0 // S
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
                     for q in gl.static_range(NSPLIT):  # NSPLIT passes through the buffer, one per accumulator
-                        if q > 0:
-                            tma.store_wait(0)  # the first pass's stores have read the buffer
-                            gl.thread_barrier()
-                        if q == 0:
-                            epi_ga.store(acc.to(dtype))
-                        else:
-                            epi_ga.store(acc_hi.to(dtype))
-                        fence_async_shared()
-                        gl.thread_barrier()
+                        _epilogue_pass(epi_ga, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GA_QN // HD):
                             h = c0 // HD + q * (GA_QN // HD) + j
                             tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], epi_ga.slice(j * HD, HD, dim=1))
@@ -419,13 +432,7 @@ if GLUON_IMPORTED:
                         a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
                         a = a.slice(WG * GW_WM, GW_WM, dim=1).permute((1, 0))
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
-                        if NSPLIT == 2:
-                            acc = warpgroup_mma(a, b.slice(0, GW_QN, dim=1), acc, is_async=True)
-                            acc_hi = warpgroup_mma(a, b.slice(GW_QN, GW_QN, dim=1), acc_hi, is_async=True)
-                            acc, acc_hi = warpgroup_mma_wait(2, deps=(acc, acc_hi))
-                        else:
-                            acc = warpgroup_mma(a, b, acc, is_async=True)
-                            acc = warpgroup_mma_wait(1, deps=(acc,))
+                        acc, acc_hi = _mma_step(a, b, acc, acc_hi, GW_QN, NSPLIT)
                         if EPI_HOLD and HOLD_REL > 1:
                             if k > 0:
                                 mbarrier.arrive(empty.index(prev), count=1)
@@ -454,15 +461,7 @@ if GLUON_IMPORTED:
                         gl.thread_barrier()
                     nt += 1
                     for q in gl.static_range(NSPLIT):
-                        if q > 0:
-                            tma.store_wait(0)
-                            gl.thread_barrier()
-                        if q == 0:
-                            epi_gw.store(acc.to(dtype))
-                        else:
-                            epi_gw.store(acc_hi.to(dtype))
-                        fence_async_shared()
-                        gl.thread_barrier()
+                        _epilogue_pass(epi_gw, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GW_QN // 64):
                             col = off_i + q * GW_QN + j * 64
                             tma.async_copy_shared_to_global(
