@@ -11,7 +11,8 @@ Usage (GPU host, repository root): PYTHONPATH=. python scripts/bench_gluon_v19.p
    phase waits forever) is killed with its process and reported, not timed;
 2. the timing protocol of ``solci bench`` (ci.harness.timing: CUPTI span, cold L2, fresh inputs per iteration), in
    the main process once the workers are gone: per shape the two cuBLAS matmuls, the tile-language kernel with its
-   table's config, v18 (the table's Gluon entry), each correct variant, v18 again (the drift within the run);
+   table's config, each bucket's baseline (``baseline``: the table's Gluon entry), each correct variant, the
+   baseline again (the drift within the run);
 3. a summary: per M bucket the fastest correct variant and, over the 16 cases, the geometric mean of v18 and of the
    per-bucket best, each against cuBLAS.
 """
@@ -247,22 +248,22 @@ def select(rows: dict, candidates: dict[str, tuple[int, object]], margin: float)
     out: dict[str, dict] = {}
     for bucket in LO:
         shapes = [bs for bs in rows if LO[bucket] < bs[0] * bs[1] <= bucket]
-        v18 = baseline(bucket)
-        if not shapes or v18 not in candidates or any(v18 not in rows[bs] for bs in shapes):
+        ref = baseline(bucket)
+        if not shapes or ref not in candidates or any(ref not in rows[bs] for bs in shapes):
             continue
 
         def gmean(values: list[float]) -> float:
             return math.exp(sum(math.log(v) for v in values) / len(values))
 
-        base = gmean([min(rows[bs][v18], rows[bs].get(v18 + "_again", rows[bs][v18])) for bs in shapes])
-        best, best_t = v18, base
+        base = gmean([min(rows[bs][ref], rows[bs].get(ref + "_again", rows[bs][ref])) for bs in shapes])
+        best, best_t = ref, base
         for n, (b, _) in candidates.items():
-            if b == bucket and n != v18 and all(n in rows[bs] for bs in shapes):
+            if b == bucket and n != ref and all(n in rows[bs] for bs in shapes):
                 tn = gmean([rows[bs][n] for bs in shapes])
                 if tn < best_t:
                     best, best_t = n, tn
-        if best != v18 and best_t > base * (1 - margin):
-            best, best_t = v18, base
+        if best != ref and best_t > base * (1 - margin):
+            best, best_t = ref, base
         out[str(bucket)] = {
             "name": best,
             "config": asdict(candidates[best][1]),
@@ -339,9 +340,9 @@ def main() -> int:
         here = [n for n in names if n in ok and applies(allv[n][0], allv[n][1], b, s)]
         for n in here:
             row[n] = t(gluon_fn(allv[n][1]), b, s, True)
-        v18 = [n for n in here if n == baseline(allv[n][0])]
-        if v18:
-            row[v18[0] + "_again"] = t(gluon_fn(allv[v18[0]][1]), b, s, True)
+        again = [n for n in here if n == baseline(allv[n][0])]
+        if again:  # the baseline timed twice: the drift within the run
+            row[again[0] + "_again"] = t(gluon_fn(allv[again[0]][1]), b, s, True)
         rows[(b, s)] = row
         cb = row["cublas"]
         print(
@@ -355,14 +356,15 @@ def main() -> int:
     print("\n| shape | M | cuBLAS | v17 (tile) | v18 | best variant | best | best/cuBLAS | v18/cuBLAS | best/v18 |")
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     logs = {"cublas": 0.0, "v18": 0.0, "best": 0.0, "n": 0}
+    baselines = {baseline(bucket) for bucket in LO}
     for (b, s), row in rows.items():
         m = b * s
         cand = {k: v for k, v in row.items() if k not in ("cublas", "triton") and not k.endswith("_again")}
-        v18 = min([v for k, v in row.items() if k in {baseline(bucket) for bucket in LO}] or [row["triton"]])
+        # what runs today at this M: its baseline variant (the tile-language kernel where none was timed)
+        base = min([v for k, v in row.items() if k in baselines] or [row["triton"]])
         best_k, best = min(cand.items(), key=lambda kv: kv[1]) if cand else ("triton", row["triton"])
         if row["triton"] < best:
             best_k, best = "triton", row["triton"]
-        base = v18  # what runs today at this M (its baseline variant; the tile-language kernel where none was timed)
         cb = row["cublas"]
         print(
             f"| ({b},{s}) | {m} | {cb:.1f} | {row['triton']:.1f} | {base:.1f} | {best_k} | {best:.1f} | "

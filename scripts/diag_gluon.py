@@ -46,15 +46,18 @@ def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
     args, kwargs = module.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
-    kwargs = dict(kwargs, **(extra or {}), num_warps=4)
+    return plan, compile_sm90(module.entry_kernel(cfg), args, dict(kwargs, **(extra or {}), num_warps=4))
+
+
+def compile_sm90(fn, args: tuple, kwargs: dict):
+    """A Gluon kernel compiled for sm_90 here, for these launch arguments (constexprs and num_warps in ``kwargs``),
+    as its launcher would bind them: Triton's own binder and compiler, no GPU needed."""
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
-    fn = module.entry_kernel(cfg)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, spec, options = binder(*args, **kwargs)
     options, signature, cexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-    src = GluonASTSource(fn, signature, cexprs, attrs)
-    return plan, compile(src, target=target, options=options.__dict__)
+    return compile(GluonASTSource(fn, signature, cexprs, attrs), target=target, options=options.__dict__)
 
 
 def _resource_usage(cubin: bytes) -> str:

@@ -103,27 +103,17 @@ def wgmma_loop(
 
 
 def compile_only() -> None:
-    """Every variant compiled for sm_90 without a GPU: registers, shared memory, the wgmma count of the PTX."""
-    import re
+    """Every variant compiled for sm_90 without a GPU: shared memory, the wgmma count of the PTX, registers and
+    spills (``local``)."""
+    from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
 
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import compile, make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import create_function_from_signature
-
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
     out = torch.empty(264, dtype=torch.float32)
     src = torch.empty(128, 256, dtype=torch.bfloat16)
     for name, (bn, a_mn, _, depth, nacc) in VARIANTS.items():
         kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "NACC": nacc, "num_warps": 4}
-        binder = create_function_from_signature(wgmma_loop.signature, wgmma_loop.params, backend)
-        bound, spec, options = binder(src, out, 16, **kwargs)
-        options, signature, cexprs, attrs = wgmma_loop._pack_args(backend, kwargs, bound, spec, options)
-        k = compile(GluonASTSource(wgmma_loop, signature, cexprs, attrs), target=target, options=options.__dict__)
-        ptx = k.asm["ptx"]
-        wgmma = len(re.findall(r"wgmma\.mma_async", ptx))
-        print(f"{name:11s} shared {k.metadata.shared:6d} B, wgmma in PTX {wgmma}, spills: {'.local' in ptx}")
+        k = compile_sm90(wgmma_loop, (src, out, 16), kwargs)
+        wgmma = k.asm["ptx"].count("wgmma.mma_async")
+        print(f"{name:11s} shared {k.metadata.shared:6d} B, wgmma in PTX {wgmma}, {_resource_usage(k.asm['cubin'])}")
 
 
 def sm_clock_mhz() -> float | None:

@@ -7,7 +7,7 @@
 # with each program's time outside its tiles (item 22, Next 2).
 # Usage: bash scripts/gpu_v22_session.sh   (~330 s at most with the machine warm; logs under $OUT; carry .whl)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
