@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     GLUON_IMPORTED = False
 
 from kernel.configs import KernelConfig, bucket_for
-from kernel.schedule import Plan, plan_schedule
+from kernel.schedule import Plan, plan_schedule, with_first
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
 PINNED_TRITON = "3.6.0"  # the Gluon API this module is written against
@@ -99,8 +99,21 @@ class GluonConfig:
     # its epilogue written through one 64x128 buffer in two passes: 32 KB of epilogue buffers instead of 64, so a
     # 4th stage of 128x256 blocks fits (4 x 48 KB + 32 KB = 229,376 B)
     halves: bool = False
+    # v23: L2 prefetch (bit flags; the kernel then also takes the inputs' plain pointers): 1 the whole of
+    # grad_output, 2 the whole of weight and reshaped, asked of L2 by every program's share at its start, in address
+    # order (a grad_attn K-step reads grad_output's column slices, one 128-byte line of every 4 KB row); 4 each
+    # grad_attn tile's grad_output rows (one contiguous span) asked by the loader as the tile starts; 8 (run c) the
+    # K-step ``pf_distance`` steps ahead of the loader's, during each program's first tile, each program asking for its
+    # share of what every program's first tile reads at that step (each byte asked once)
+    l2_prefetch: int = 0
+    pf_distance: int = 6
+    # v23: the shared schedule with the grad_weight tiles first (their K-steps read whole rows of grad_output and
+    # reshaped; a grad_attn K-step reads a 128-byte column slice of every grad_output row), where the plan shares
+    gw_first: bool = False
 
     def __post_init__(self) -> None:
+        if self.l2_prefetch not in range(16) or self.pf_distance < 1:
+            raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8 (0-15); pf_distance >= 1")
         if self.halves and (
             self.epi_hold or self.pingpong or self.ga_bm != 128 or (self.ga_bn, self.gw_bn) != (256, 256)
         ):
@@ -171,6 +184,43 @@ if GLUON_IMPORTED:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, bn, 16])
 
     @gluon.jit
+    def _l2_prefetch(base, n_bytes, part, parts, WARPS: gl.constexpr):
+        """Ask L2 for share ``part`` of ``parts`` of the bytes [0, n_bytes) from ``base`` (2-byte elements): one
+        bulk prefetch of a 128-byte-aligned chunk a thread of the WARPS warps running this; fire and forget."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+        lane = gl.arange(0, 32 * WARPS, layout=lay)
+        chunk = gl.cdiv(gl.cdiv(n_bytes, parts * (32 * WARPS)), 128) * 128
+        start = (part * (32 * WARPS) + lane) * chunk
+        size = gl.minimum(gl.maximum(n_bytes - start, 0), chunk)
+        start = gl.minimum(start, n_bytes - 16)  # a skipped thread's address stays inside the tensor
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r",
+            [base + start // 2, size],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.jit
+    def _l2_prefetch_lines(base, rows, stride, part, parts, WARPS: gl.constexpr):
+        """Ask L2 for one 128-byte line of each of ``rows`` rows ``stride`` elements apart from ``base``: share
+        ``part`` of ``parts`` of them, a line a thread of the WARPS warps running this at a time."""
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+        lane = gl.arange(0, 32 * WARPS, layout=lay)
+        for j in range(0, gl.cdiv(rows, parts * (32 * WARPS))):
+            row = (j * parts + part) * (32 * WARPS) + lane
+            size = gl.where(row < rows, 128, 0)
+            gl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+                "=r,l,r",
+                [base + gl.minimum(row, rows - 1) * stride, size],
+                dtype=gl.int32,
+                is_pure=False,
+                pack=1,
+            )
+
+    @gluon.jit
     def _tile_coords(tile, n_m, n_n, GROUP: gl.constexpr):
         """Grouped tile order (the tile-language kernel's): GROUP row-blocks share column-blocks in flight."""
         width = GROUP * n_n
@@ -230,9 +280,23 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+        L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6,
     ):  # fmt: skip
-        """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring."""
+        """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
+        each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
+        share of every program's K-step PF_D steps ahead, after each step's loads)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        ga_part = pid
+        ga_parts = nprog
+        gw_part = pid
+        gw_parts = nprog
+        if P_GA > 0:
+            ga_parts = P_GA
+            gw_part = pid - P_GA
+            gw_parts = nprog - P_GA
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
         dtype: gl.constexpr = go_a.dtype
@@ -246,6 +310,9 @@ if GLUON_IMPORTED:
                     am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
                     off_m = am * GA_BM
                     off_n = an * GA_BN
+                    if L2PF & 4:
+                        _l2_prefetch(pf_go + off_m * HID, gl.minimum(M - off_m, GA_BM) * (HID * 2), 0, 1, 1)
+                    ahead = it == 0  # the program's first tile: every program walks its first K-steps at once
                     for k in range(0, HID, BK):
                         s = it % STAGES
                         mbarrier.wait(empty.index(s), (it // STAGES) & 1)
@@ -258,12 +325,18 @@ if GLUON_IMPORTED:
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], w_b.layout)
                         for j in gl.static_range(GA_BN // 64):
                             tma.async_copy_global_to_shared(w_b, [k, off_n + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        if L2PF & 8:
+                            kf = k + PF_D * BK  # weight's rows kf.. (contiguous), grad_output's column slice kf..
+                            if ahead and kf < HID:
+                                _l2_prefetch(pf_w + kf * HID, BK * (HID * 2), ga_part, ga_parts, 1)
+                                _l2_prefetch_lines(pf_go + kf, M, HID, ga_part, ga_parts, 1)
                         it += 1
             else:
                 for t in range(gw_lo, n_gw, gw_step):
                     wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
                     off_o = wm * GW_BM
                     off_i = wn * GW_BN
+                    ahead = it == 0
                     for k in range(0, M, BK):  # rows past M are zero-filled by the descriptor
                         s = it % STAGES
                         mbarrier.wait(empty.index(s), (it // STAGES) & 1)
@@ -275,6 +348,12 @@ if GLUON_IMPORTED:
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
                         for j in gl.static_range(GW_BN // 64):
                             tma.async_copy_global_to_shared(x_b, [k, off_i + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        if L2PF & 8:
+                            kf = k + PF_D * BK  # the rows kf.. of grad_output and of reshaped (contiguous)
+                            if ahead and kf < M:
+                                rows = gl.minimum(M - kf, BK)
+                                _l2_prefetch(pf_go + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
+                                _l2_prefetch(pf_x + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
                         it += 1
 
     @gluon.jit
@@ -667,9 +746,10 @@ if GLUON_IMPORTED:
                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                     NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b):  # fmt: skip
+                     NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
+                     PF_D: gl.constexpr):  # fmt: skip
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-                GW_BM, GW_BN, BK, STAGES, GROUP)  # fmt: skip
+                GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -681,6 +761,8 @@ if GLUON_IMPORTED:
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
         HOLD_REL: gl.constexpr = 1,
         NSPLIT: gl.constexpr = 1,
+        L2PF: gl.constexpr = 0,
+        PF_D: gl.constexpr = 6,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -694,7 +776,7 @@ if GLUON_IMPORTED:
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT)  # fmt: skip
+                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -706,12 +788,16 @@ if GLUON_IMPORTED:
         EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
         HOLD_REL: gl.constexpr = 1,
         NSPLIT: gl.constexpr = 1,
+        L2PF: gl.constexpr = 0,
+        PF_D: gl.constexpr = 6,
+        pf_go=None, pf_w=None, pf_x=None,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
-        CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py)."""
+        CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
+        pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT)  # fmt: skip
+                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -721,11 +807,16 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-        NSPLIT: gl.constexpr,
+        NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
         dtype: gl.constexpr = go_a.dtype
+        if L2PF & 1:  # this program's share of grad_output, asked of L2 before anything else is loaded
+            _l2_prefetch(pf_go, M * (HID * 2), gl.program_id(0), gl.num_programs(0), 4)
+        if L2PF & 2:
+            _l2_prefetch(pf_w, HID * (HID * 2), gl.program_id(0), gl.num_programs(0), 4)
+            _l2_prefetch(pf_x, M * (HID * 2), gl.program_id(0), gl.num_programs(0), 4)
         gl.static_assert(GW_BM == 128 and GA_BM % 64 == 0, "two warpgroups of 64 rows")
         # A stage holds either kind's blocks: sized by the larger of each, viewed per kind (_reinterpret).
         A_COLS: gl.constexpr = GW_BM if GW_BM >= GA_BM else GA_BM
@@ -768,7 +859,8 @@ if GLUON_IMPORTED:
                               PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                                PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b)),
+                                PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
+                                PF_D)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -821,6 +913,11 @@ def launch_arguments(
         "HOLD_REL": cfg.hold_release,
         "NSPLIT": 2 if cfg.halves else 1,
     }
+    if cfg.l2_prefetch:  # keyword arguments, so that the entries' positional ones stay as they were
+        constexprs["L2PF"] = cfg.l2_prefetch
+        constexprs["PF_D"] = cfg.pf_distance
+        if cfg.host_desc:
+            constexprs.update(pf_go=go2, pf_w=w2, pf_x=x2)
     return args, constexprs
 
 
@@ -848,7 +945,10 @@ def _sm_count(device_index: int) -> int:
 
 
 def plan_for(m: int, cfg: GluonConfig, programs: int) -> Plan:
-    return plan_schedule(m, cfg.kernel_config(), programs)
+    plan = plan_schedule(m, cfg.kernel_config(), programs)
+    if cfg.gw_first and not plan.p_ga:
+        plan = with_first(plan, m, cfg.kernel_config(), ga_first=False)
+    return plan
 
 
 def launch(

@@ -20,7 +20,7 @@ that would have idled at the end no longer compete for L2 bandwidth meanwhile.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernel.configs import WARP_SPECIALIZE, KernelConfig
 from problem.workload import HEAD_DIM, HIDDEN
@@ -122,3 +122,15 @@ def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
     if cfg.schedule == "partitioned" or part_best.makespan < shared * (1 - _PARTITION_MARGIN):
         return part_best
     return best
+
+
+def with_first(plan: Plan, m: int, cfg: KernelConfig, ga_first: bool) -> Plan:
+    """A shared schedule with the given kind of tile first (the Gluon kernel's ``gw_first``; its modelled makespan
+    recomputed on the same programs). ValueError for a partitioned plan: its programs run one kind each."""
+    if plan.p_ga:
+        raise ValueError("with_first: a partitioned plan has no order of kinds")
+    c_ga = tile_cost(cfg.ga_bm, cfg.ga_bn, HIDDEN // cfg.bk)
+    c_gw = tile_cost(cfg.gw_bm, cfg.gw_bn, -(-m // cfg.bk))
+    first, second = ((plan.n_ga, c_ga), (plan.n_gw, c_gw)) if ga_first else ((plan.n_gw, c_gw), (plan.n_ga, c_ga))
+    span = _shared_makespan(first[0], first[1], second[0], second[1], plan.programs)
+    return replace(plan, ga_first=ga_first, makespan=span)

@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--select",
         help="write here, per M bucket, the variant to put in GLUON_TABLE: the fastest correct one if it beats the "
         "bucket's baseline (the faster of its two timings per shape) by MARGIN over the bucket's timed shapes, else "
-        "the baseline (v18 at M <= 2048, v21's w256s3 above)",
+        "the baseline (the table's entry: pp7 at M <= 256, v18 at 512-2048, v21's w256s3 above)",
     )
     ap.add_argument("--margin", type=float, default=0.015)
     return ap.parse_args(argv)
@@ -112,12 +112,39 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (1024, 2048):
         for g in (8, 16):
             out[f"v18g{g}_{m}"] = (m, replace(base[m], group=g))
+    # v23: L2 prefetch (GluonConfig.l2_prefetch bit flags: 1 grad_output whole at the start, 2 weight and reshaped
+    # whole at the start, 4 each grad_attn tile's grad_output rows as the tile starts), on each bucket's table entry
+    for flags in (1, 3):
+        out[f"pp7pf{flags}_256"] = (256, replace(base[256], pingpong=True, stages=7, l2_prefetch=flags))
+    for m in (512, 1024, 2048):
+        for flags in (1, 3, 4, 5):
+            out[f"pf{flags}_{m}"] = (m, replace(base[m], l2_prefetch=flags))
+    for m in (4096, 8192):
+        for flags in (1, 4, 5):
+            out[f"w256s3pf{flags}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, l2_prefetch=flags))
+    # v23, run b: the grad_weight tiles first where the plan shares programs (M = 1024-2048: the grad_attn loop runs
+    # 0.34-0.36 us a step there against 0.30-0.31 for grad_weight's, when it goes first and reads from DRAM)
+    for m in (1024, 2048):
+        out[f"gwf_{m}"] = (m, replace(base[m], gw_first=True))
+    out["w256s3gwf_2048"] = (2048, replace(big, ga_bn=256, gw_bn=256, stages=3, schedule="shared", gw_first=True))
+    # v23, run c: in each program's first tile, its share of the K-step pf_distance steps ahead of its loads asked of
+    # L2 (run b's trace: whichever kind of tile runs first loops at 0.33-0.36 us a step, the second at 0.31)
+    out["pp7pfa6_256"] = (256, replace(base[256], pingpong=True, stages=7, l2_prefetch=8))
+    for m in (512, 1024, 2048):
+        for d in (4, 8):
+            out[f"pfa{d}_{m}"] = (m, replace(base[m], l2_prefetch=8, pf_distance=d))
+    out["gwfpfa6_1024"] = (1024, replace(base[1024], gw_first=True, l2_prefetch=8))
+    for m in (4096, 8192):
+        for d in (3, 6):
+            out[f"w256s3pfa{d}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, l2_prefetch=8, pf_distance=d))
     return out
 
 
 def baseline(bucket: int) -> str:
-    """The variant a bucket's candidates are measured against (timed twice): v18's 128x128 entries at M <= 2048, v21's
-    128x256 ones (the table's since item 22) above."""
+    """The variant a bucket's candidates are measured against (timed twice), the table's entry: ping-pong with 7
+    stages at M <= 256 (v19), v18's 128x128 entries at 512-2048, v21's 128x256 ones above."""
+    if bucket <= 256:
+        return f"pp7_{bucket}"
     return f"v18_{bucket}" if bucket <= 2048 else f"w256s3_{bucket}"
 
 

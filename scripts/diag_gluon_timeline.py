@@ -44,6 +44,7 @@ VARIANTS: dict[str, dict] = {
     "hold7": {"epi_hold": True, "stages": 7},  # cooperative with ping-pong's held-stage epilogue and depth
     "w256s3": {"ga_bn": 256, "gw_bn": 256, "stages": 3},  # 128x256 tiles, cooperative (a step: 128x256x64)
     "w256s4h": {"ga_bn": 256, "gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, two-pass epilogue
+    "gwf": {"gw_first": True},  # the table's entry with the grad_weight tiles first (v23, run b)
 }
 
 

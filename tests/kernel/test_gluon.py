@@ -89,6 +89,7 @@ def test_table_lines_are_the_selection_writers() -> None:
         gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, epi_hold=True, hold_release=2),
         gb.GluonConfig(128, 128, 128, 128, stages=7, pingpong=True, pp_gw_only=True, pp_depth=2, hold_release=3),
         gb.GluonConfig(128, 256, 128, 256, stages=4, host_desc=True, halves=True),
+        gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, l2_prefetch=8, pf_distance=4, gw_first=True),
     ):
         line = mod.entry_line(512, asdict(cfg))
         assert len(line) <= 120 and eval(line.split(": ", 1)[1].rstrip(","), {"GluonConfig": gb.GluonConfig}) == (
@@ -111,6 +112,37 @@ def test_halves_only_where_a_warpgroup_owns_256_columns() -> None:
     ):
         with pytest.raises(ValueError, match="halves"):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 256, "gw_bm": 128, "gw_bn": 256, "halves": True, **bad})
+
+
+def test_l2_prefetch_switches_are_checked() -> None:
+    """``l2_prefetch`` (v23) is a set of bit flags (1, 2, 4, 8) and ``pf_distance`` a number of K-steps ahead: any
+    other value is refused, not silently compiled into something else."""
+    assert gb.GluonConfig(128, 128, 128, 128, l2_prefetch=15, pf_distance=1).l2_prefetch == 15
+    for bad in ({"l2_prefetch": 16}, {"l2_prefetch": -1}, {"l2_prefetch": 8, "pf_distance": 0}):
+        with pytest.raises(ValueError, match="l2_prefetch"):
+            gb.GluonConfig(128, 128, 128, 128, **bad)
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_l2_prefetch_reaches_the_kernel_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's entries take no plain pointers and issue no L2 prefetch (their PTX is v22's); with
+    ``l2_prefetch`` the host-descriptor entry also takes grad_output, weight and reshaped as pointers and its loader
+    issues bulk L2 prefetches (flag 8: weight's rows and grad_output's column slice for grad_attn tiles, the rows of
+    grad_output and reshaped for grad_weight tiles)."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    from diag_gluon import compile_for
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    counts = {}
+    for flags in (0, 8):
+        _, k = compile_for(1024, 128, replace(cfg, l2_prefetch=flags))
+        ptx = k.asm["ptx"]
+        params = set(re.findall(r"gluon_bwd_kernel_host_desc_param_(\d+)", ptx))
+        counts[flags] = (len(re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global", ptx)), len(params))
+    assert counts[0][0] == 0 and counts[8][0] == 4, counts
+    assert counts[8][1] == counts[0][1] + 3, counts  # three more parameters: the pointers
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
@@ -192,15 +224,20 @@ def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_m
         (2, 4096): {"cublas": 184.9, "w256s3_8192": 176.0, "w256s3_8192_again": 175.5, "w256s4h_8192": 171.0},
         (4, 1024): {"cublas": 95.0, "w256s3_4096": 91.9, "w256s3_4096_again": 92.0, "w256s4h_4096": 91.0},
         (8, 128): {"cublas": 29.0, "v18_1024": 25.6, "v18_1024_again": 25.7, "w256s4h_1024": 25.0},
+        (1, 256): {"cublas": 16.0, "v18_256": 12.4, "pp7_256": 11.4, "pp7_256_again": 11.3, "pp7pf1_256": 11.0},
     }
     names = ("w256s3_8192", "w256s4h_8192", "w256s3_4096", "w256s4h_4096", "v18_1024", "w256s4h_1024")
+    names += ("v18_256", "pp7_256", "pp7pf1_256")
     sel = sweep.select(rows, {n: allv[n] for n in names}, margin=0.015)
     assert {b: e["name"] for b, e in sel.items()} == {
         "8192": "w256s4h_8192",  # 171.0 against the faster baseline timing 175.5: 2.6 % faster
         "4096": "w256s3_4096",  # 1.0 % faster: within the margin, the baseline stays
         "1024": "w256s4h_1024",  # 2.3 % faster than v18
+        "256": "pp7pf1_256",  # 2.7 % faster than the table's ping-pong entry (v18 is no baseline there)
     }
     text = (PROJECT / "kernel/gluon_backward.py").read_text()
     new = apply_gluon_selection.apply(text, sel)
     assert "    8192: (GluonConfig(128, 256, 128, 256, stages=4, host_desc=True, halves=True), True)," in new
     assert "    4096: (GluonConfig(128, 256, 128, 256, host_desc=True), True)," in new
+    pf_line = "    256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, l2_prefetch=1), True),"
+    assert pf_line in new
