@@ -21,11 +21,11 @@ if [ "${1:-}" = b ]; then
 fi
 STEPS="sweep apply tests bench"
 if [ "${1:-}" = c ]; then
-  ONLY="pp7_256 pp7pfa6_256 v18_512 pfa4_512 pfa8_512 v18_1024 pfa4_1024 pfa8_1024 gwfpfa6_1024 v18_2048 pfa4_2048"
-  ONLY="$ONLY pfa8_2048 w256s3_4096 w256s3pfa3_4096 w256s3pfa6_4096 w256s3_8192 w256s3pfa3_8192 w256s3pfa6_8192"
-  TAG=v23c STEPS="sweep apply"
+  ONLY="v18_512 pfa4_512 v18_1024 pfa4_1024 pfa8_1024 gwfpfa6_1024 v18_2048 pfa4_2048 pfa8_2048 w256s3_8192"
+  ONLY="$ONLY w256s3pfa3_8192" TIMED="8,128 16,128 2,4096 4,128" TAG=v23c STEPS="sweep apply"
+  ONLY=${C_ONLY:-$ONLY} TIMED=${C_TIMED:-$TIMED}  # a shorter run c: C_ONLY, C_TIMED
 fi
-export SWEEP_ARGS="--only $ONLY --budget-s 290 --timed $TIMED" TAG SWEEP_TIMEOUT=380 TESTS_TIMEOUT=100
+export SWEEP_ARGS="--only $ONLY --budget-s 150 --timed $TIMED" TAG SWEEP_TIMEOUT=380 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" $STEPS
 OUT=${OUT:-/tmp/out}
 if [ "${1:-}" = c ] && python3 -c 'import json, sys; sel = json.load(open(sys.argv[1]))
