@@ -45,6 +45,8 @@ VARIANTS: dict[str, dict] = {
     "w256s3": {"ga_bn": 256, "gw_bn": 256, "stages": 3},  # 128x256 tiles, cooperative (a step: 128x256x64)
     "w256s4h": {"ga_bn": 256, "gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, two-pass epilogue
     "gwf": {"gw_first": True},  # the table's entry with the grad_weight tiles first (v23, run b)
+    "pfa4": {"l2_prefetch": 8, "pf_distance": 4},  # v23 run c: the first tile's K-step 4 ahead asked of L2
+    "pfa8": {"l2_prefetch": 8, "pf_distance": 8},
 }
 
 

@@ -5,7 +5,8 @@
 # kernel and cuBLAS at M = 256-8192; the per-bucket winners into GLUON_TABLE, the GPU tests and the 16-case bench
 # (scripts/gpu_v19_session.sh's steps, logs v23_*). Run b: the grad_weight tiles first at M = 1024-2048 (gw_first;
 # logs v23b_*). Run c: each program's first tile asks L2 for its share of the K-step pf_distance steps ahead
-# (l2_prefetch 8; logs v23c_*), the GPU tests and the bench only where the selection changed the table.
+# (l2_prefetch 8; logs v23c_*), the GPU tests and the bench only where the selection changed the table, then the
+# trace of the prefetch at M = 1024 / 2048 and the loader alone, cold and warm (scripts/diag_loads_only.py).
 # Usage: bash scripts/gpu_v23_session.sh [b|c]   (~400 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
@@ -32,4 +33,10 @@ if [ "${1:-}" = c ] && python3 -c 'import json, sys; sel = json.load(open(sys.ar
 base = {"256": "pp7_256", "512": "v18_512", "1024": "v18_1024", "2048": "v18_2048"}
 sys.exit(0 if any(e["name"] != base.get(b, "w256s3_" + b) for b, e in sel.items()) else 1)' "$OUT/select.json"; then
   bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
+fi
+if [ "${1:-}" = c ]; then  # the first pass traced with the prefetch, and the loader alone cold and warm (Next 2)
+  export PYTHONPATH=$PWD
+  timeout 90 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants coop,pfa4,pfa8 --kinds both --reps 10 \
+    2>&1 | grep -v -i warn | tee "$OUT/v23c_trace.log" | tail -n 20
+  timeout 90 python3 scripts/diag_loads_only.py --ms 1024 2048 2>&1 | grep -v -i warn | tee "$OUT/v23c_loads.log"
 fi

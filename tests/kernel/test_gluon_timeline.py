@@ -17,10 +17,11 @@ pytestmark = pytest.mark.skipif(not ptxas_present(), reason="triton's bundled pt
 
 
 def test_traced_gluon_kernel_compiles_cooperative_and_pingpong_with_its_stamps() -> None:
-    out = run_script("scripts/diag_gluon_timeline.py", "--compile-only", "512", "--variants", "coop,pp7,w256s4h")
+    out = run_script("scripts/diag_gluon_timeline.py", "--compile-only", "512", "--variants", "coop,pp7,w256s4h,pfa4")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if " traced: " in ln]
-    assert [ln.split(" traced")[0] for ln in lines] == ["M=512 coop", "M=512 pp7", "M=512 w256s4h"], out.stdout
+    names = [ln.split(" traced")[0] for ln in lines]
+    assert names == ["M=512 coop", "M=512 pp7", "M=512 w256s4h", "M=512 pfa4"], out.stdout
     for line in lines:
         assert 0 < int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
         assert "stack 0, local 0" in line, line  # no register spills
@@ -75,3 +76,17 @@ def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatc
     assert got == pytest.approx({"prologue": 0.5, "drain": 0.8, "kernel": 7.0, "tiles": 5.7})
     summary = dgt.summarise(trace, 512, 64)
     assert set(summary) == {1} and summary[1]["n"] == 2  # two grad_weight tiles, no program record among them
+
+
+def test_loads_only_diagnostic_runs_the_tables_loader_and_nothing_else() -> None:
+    """scripts/diag_loads_only.py (kernel/NOTES.md item 24, Next 2): the table's loader feeding a warpgroup that only
+    releases the stages, compiled for sm_90 at M = 1024 and 2048: TMA loads and no MMA, no spills, and the ring of
+    the table's entry in shared memory."""
+    out = run_script("scripts/diag_loads_only.py", "--compile-only")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if " loads only: " in ln]
+    assert [ln.split(" loads")[0] for ln in lines] == ["M=1024", "M=2048"], out.stdout
+    for line in lines:
+        assert 6 * 32 * 1024 <= int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+        assert "stack 0, local 0" in line and "wgmma 0," in line, line
+        assert int(re.search(r"tma_load (\d+)", line).group(1)) > 0, line

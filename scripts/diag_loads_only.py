@@ -1,0 +1,237 @@
+"""Device diagnostic (kernel/NOTES.md, item 24, Next 2): the Gluon kernel's loader alone, to see how fast its TMA
+loads can feed the ring when nothing computes, with the inputs cold (L2 flushed before each launch) or warm.
+
+Usage (GPU): PYTHONPATH=. python scripts/diag_loads_only.py [--ms 1024 2048] [--kinds both,ga,gw] [--reps 10]
+Usage (CPU): PYTHONPATH=. python scripts/diag_loads_only.py --compile-only   (sm_90: registers, shared, PTX)
+
+Each program runs the table's loader (``kernel.gluon_backward._loader``: the same tiles, order, ring and TMA boxes)
+against one warpgroup that releases every stage as soon as it is ready, and stamps the global timer at its start,
+after its first tile, after its first kind of tile and at its end. Printed per (M, plan, L2): the launch (CUDA
+events, median), and per K-step (a 128x128x64 step's 32 KB) the medians over programs of the first tile, the rest
+of the first kind and the second kind: the intake the real kernel's loops (0.31-0.36 us a step, the MMA ceiling
+0.303) cannot beat. "ga" / "gw": one kind of tile alone on the same programs, as the Gluon trace runs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import replace
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ms", nargs="+", type=int, default=[1024, 2048], help="rows M, run as (M/128, 128)")
+    ap.add_argument("--kinds", default="both,ga,gw", help="both (the real plan), ga, gw (one kind alone)")
+    ap.add_argument("--reps", type=int, default=10, help="timed launches per (M, plan, L2)")
+    ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 here, no GPU")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":  # --help answers before torch and Triton load
+    ARGS = parse_args()
+
+import torch  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E402
+
+from kernel import gluon_backward as gb  # noqa: E402
+from kernel.schedule import Plan  # noqa: E402
+from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
+
+FIELDS = 7  # start, after the first tile, after the first kind of tile, end; the steps of each part
+
+
+@gluon.jit
+def _now():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _release(
+    ready, empty, stamps_ptr, M, n_ga_m, P_GA,
+    GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+    BK: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    """One warpgroup: every stage released as soon as its loads land; the program's stamps and step counts."""
+    ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = gb._program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+    ga_tiles = gl.cdiv(gl.maximum(n_ga - ga_lo, 0), ga_step)
+    gw_tiles = gl.cdiv(gl.maximum(n_gw - gw_lo, 0), gw_step)
+    ga_k = HID // BK
+    gw_k = gl.cdiv(M, BK)
+    first_kind = gw_tiles * gw_k
+    first_tile = gw_k
+    if GA_FIRST:
+        first_kind = ga_tiles * ga_k
+        first_tile = ga_k
+    if first_kind == 0:  # a program of the other kind only (a partition's, or one kind zeroed)
+        first_kind = ga_tiles * ga_k + gw_tiles * gw_k
+        first_tile = gl.where(ga_tiles > 0, ga_k, gw_k)
+    n_steps = ga_tiles * ga_k + gw_tiles * gw_k
+    t0 = _now()
+    t1 = t0
+    t2 = t0
+    for it in range(n_steps):
+        s = it % STAGES
+        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+        mbarrier.arrive(empty.index(s), count=1)
+        if it == first_tile - 1:
+            t1 = _now()
+        if it == first_kind - 1:
+            t2 = _now()
+    rec = stamps_ptr + gl.program_id(0) * 7
+    gl.store(rec, t0)
+    gl.store(rec + 1, t1)
+    gl.store(rec + 2, t2)
+    gl.store(rec + 3, _now())
+    gl.store(rec + 4, gl.minimum(first_tile, n_steps).to(gl.int64))
+    gl.store(rec + 5, first_kind.to(gl.int64))
+    gl.store(rec + 6, n_steps.to(gl.int64))
+
+
+@gluon.jit
+def _load(
+    go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA,
+    GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
+    GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, L2PF: gl.constexpr,
+    pf_go, pf_w, pf_x, PF_D: gl.constexpr,
+):  # fmt: skip
+    gb._loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
+               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
+
+
+@gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
+def loads_only_kernel(
+    go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, stamps_ptr,
+    GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+    EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
+    HOLD_REL: gl.constexpr = 1, NSPLIT: gl.constexpr = 1, L2PF: gl.constexpr = 0, PF_D: gl.constexpr = 6,
+    pf_go=None, pf_w=None, pf_x=None,
+):  # fmt: skip
+    """The host-descriptor entry's arguments (``launch_arguments``), the stamps after them; the consumers' switches
+    (EPI_HOLD ... NSPLIT) are accepted and unused: nothing computes."""
+    dtype: gl.constexpr = go_a.dtype
+    A_COLS: gl.constexpr = GW_BM if GW_BM >= GA_BM else GA_BM
+    B_COLS: gl.constexpr = GW_BN if GW_BN >= GA_BN else GA_BN
+    a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, A_COLS], go_t.layout)
+    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+        mbarrier.arrive(empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (_release, (ready, empty, stamps_ptr, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN, BK, STAGES)),
+            (_load, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
+                     GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)),
+        ],
+        [1],
+        [LOADER_REGS],
+    )  # fmt: skip
+
+
+def kind_plan(real: Plan, kind: str) -> Plan:
+    """The real plan, or one kind of tile alone on the same programs (as scripts/diag_gluon_timeline.py runs them)."""
+    if kind == "gw":
+        return replace(real, n_ga_m=0, n_ga=0)
+    if kind == "ga":
+        p = real.p_ga or real.programs
+        return replace(real, n_gw=0, p_ga=p, programs=p)
+    return real
+
+
+def arguments(m: int, s: int, cfg: gb.GluonConfig, plan: Plan, device: str) -> tuple[tuple, dict, list]:
+    """(positional arguments, keyword arguments, the tensors they point into) of one launch."""
+    go2 = torch.randn(m, HIDDEN, device=device).to(torch.bfloat16)
+    x2 = torch.randn(m, HIDDEN, device=device).to(torch.bfloat16)
+    w2 = torch.randn(HIDDEN, HIDDEN, device=device).to(torch.bfloat16)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16, device=device)
+    ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    stamps = torch.zeros(plan.programs, FIELDS, dtype=torch.int64, device=device)
+    args, kwargs = gb.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+    return (*args, stamps), dict(kwargs, num_warps=4), [go2, x2, w2, gw, ga, stamps]
+
+
+def compile_only() -> None:
+    from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
+
+    for m in (1024, 2048):
+        cfg = gb.gluon_config_for(m, 128, (9, 0), include_disabled=True)
+        plan = gb.plan_for(m, cfg, 132)
+        args, kwargs, _ = arguments(m, 128, cfg, plan, "cpu")
+        k = compile_sm90(loads_only_kernel, args, kwargs)
+        ptx = k.asm["ptx"]
+        print(
+            f"M={m} loads only: shared {k.metadata.shared} B, {_resource_usage(k.asm['cubin'])}, "
+            f"wgmma {ptx.count('wgmma.mma_async')}, tma_load {ptx.count('cp.async.bulk.tensor')}"
+        )
+
+
+def run(m: int, kind: str, reps: int) -> list[str]:
+    s = 128
+    cfg = gb.gluon_config_for(m, s, torch.cuda.get_device_capability(), include_disabled=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan = kind_plan(gb.plan_for(m, cfg, sms), kind)
+    args, kwargs, keep = arguments(m, s, cfg, plan, "cuda")
+    stamps = keep[-1]
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    launch = loads_only_kernel[(plan.programs,)]
+    launch(*args, **kwargs)  # compile, warm
+    torch.cuda.synchronize()
+    scale = (cfg.ga_bm * cfg.ga_bn) / (128 * 128)  # a K-step's bytes against a 128x128x64 step's 32 KB
+    rows = []
+    for cold in (True, False):
+        times, first, rest, second = [], [], [], []
+        for _ in range(reps):
+            if cold:
+                flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            launch(*args, **kwargs)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+            t = stamps.double().cpu()
+            first.append(_per_step(t[:, 1] - t[:, 0], t[:, 4], scale))
+            rest.append(_per_step(t[:, 2] - t[:, 1], t[:, 5] - t[:, 4], scale))
+            second.append(_per_step(t[:, 3] - t[:, 2], t[:, 6] - t[:, 5], scale))
+        rows.append(
+            f"| {m} | {kind} ({plan.kind}, {plan.programs} programs) | {'cold' if cold else 'warm'} | "
+            f"{statistics.median(times):.1f} | {_fmt(first)} | {_fmt(rest)} | {_fmt(second)} |"
+        )
+    return rows
+
+
+def _per_step(ns: torch.Tensor, steps: torch.Tensor, scale: float) -> float:
+    """Median over the programs that ran such steps of their time a 128x128x64-equivalent step, us (nan: none)."""
+    ran = steps > 0
+    if not bool(ran.any()):
+        return float("nan")
+    return statistics.median((ns[ran] / 1e3 / steps[ran] / scale).tolist())
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f}"
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.compile_only:
+        compile_only()
+        return 0
+    print(f"GPU {torch.cuda.get_device_name()}; loads only (the table's loader, nothing computes), medians")
+    print("| M | plan | L2 | launch us | first tile | rest of the first kind | second kind |   (us a 32 KB step)")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    for m in args.ms:
+        for kind in args.kinds.split(","):
+            for row in run(m, kind, args.reps):
+                print(row, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(ARGS))
