@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from dataclasses import replace
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,6 +31,9 @@ if __name__ == "__main__":  # --help answers before torch and Triton load
     ARGS = parse_args()
 
 import torch  # noqa: E402
+
+# scripts/ is on the path when this runs as a script: one kind of tile alone, as the Gluon trace runs it
+from diag_gluon_timeline import kind_plan  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E402
@@ -133,16 +135,6 @@ def loads_only_kernel(
         [1],
         [LOADER_REGS],
     )  # fmt: skip
-
-
-def kind_plan(real: Plan, kind: str) -> Plan:
-    """The real plan, or one kind of tile alone on the same programs (as scripts/diag_gluon_timeline.py runs them)."""
-    if kind == "gw":
-        return replace(real, n_ga_m=0, n_ga=0)
-    if kind == "ga":
-        p = real.p_ga or real.programs
-        return replace(real, n_gw=0, p_ga=p, programs=p)
-    return real
 
 
 def arguments(m: int, s: int, cfg: gb.GluonConfig, plan: Plan, device: str) -> tuple[tuple, dict, list]:
