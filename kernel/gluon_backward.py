@@ -185,23 +185,29 @@ if GLUON_IMPORTED:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, bn, 16])
 
     @gluon.jit
+    def _bulk_prefetch(ptrs, sizes):
+        """Each thread asks L2 for ``sizes`` bytes (a multiple of 16; 0: nothing) from its pointer in ``ptrs``: one
+        ``cp.async.bulk.prefetch.L2`` each, fire and forget."""
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r",
+            [ptrs, sizes],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.jit
     def _l2_prefetch(base, n_bytes, part, parts, WARPS: gl.constexpr):
         """Ask L2 for share ``part`` of ``parts`` of the bytes [0, n_bytes) from ``base`` (2-byte elements): one
-        bulk prefetch of a 128-byte-aligned chunk a thread of the WARPS warps running this; fire and forget."""
+        bulk prefetch of a 128-byte-aligned chunk a thread of the WARPS warps running this."""
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
         lane = gl.arange(0, 32 * WARPS, layout=lay)
         chunk = gl.cdiv(gl.cdiv(n_bytes, parts * (32 * WARPS)), 128) * 128
         start = (part * (32 * WARPS) + lane) * chunk
         size = gl.minimum(gl.maximum(n_bytes - start, 0), chunk)
         start = gl.minimum(start, n_bytes - 16)  # a skipped thread's address stays inside the tensor
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [base + start // 2, size],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-        )
+        _bulk_prefetch(base + start // 2, size)
 
     @gluon.jit
     def _l2_prefetch_lines(base, rows, stride, part, parts, WARPS: gl.constexpr):
@@ -211,15 +217,7 @@ if GLUON_IMPORTED:
         lane = gl.arange(0, 32 * WARPS, layout=lay)
         for j in range(0, gl.cdiv(rows, parts * (32 * WARPS))):
             row = (j * parts + part) * (32 * WARPS) + lane
-            size = gl.where(row < rows, 128, 0)
-            gl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r",
-                [base + gl.minimum(row, rows - 1) * stride, size],
-                dtype=gl.int32,
-                is_pure=False,
-                pack=1,
-            )
+            _bulk_prefetch(base + gl.minimum(row, rows - 1) * stride, gl.where(row < rows, 128, 0))
 
     @gluon.jit
     def _tile_coords(tile, n_m, n_n, GROUP: gl.constexpr):

@@ -66,6 +66,18 @@ def _shared_makespan(n_first: int, c_first: float, n_second: int, c_second: floa
     return worst
 
 
+def _kind_costs(m: int, cfg: KernelConfig) -> tuple[float, float]:
+    """Modelled time of one grad_attn tile (K = HIDDEN) and of one grad_weight tile (K = M)."""
+    return tile_cost(cfg.ga_bm, cfg.ga_bn, HIDDEN // cfg.bk), tile_cost(cfg.gw_bm, cfg.gw_bn, -(-m // cfg.bk))
+
+
+def _ordered_makespan(ga_first: bool, n_ga: int, c_ga: float, n_gw: int, c_gw: float, programs: int) -> float:
+    """Busiest program of the shared stride with the grad_attn tiles first, or the grad_weight ones."""
+    if ga_first:
+        return _shared_makespan(n_ga, c_ga, n_gw, c_gw, programs)
+    return _shared_makespan(n_gw, c_gw, n_ga, c_ga, programs)
+
+
 @functools.lru_cache(maxsize=256)
 def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
     """The schedule of one call: M rows on ``programs`` persistent programs (the SM count times occupancy).
@@ -82,27 +94,14 @@ def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
     n_gw_m = HIDDEN // cfg.gw_bm
     n_ga = n_ga_m * (HIDDEN // cfg.ga_bn)
     n_gw = n_gw_m * (HIDDEN // cfg.gw_bn)
-    c_ga = tile_cost(cfg.ga_bm, cfg.ga_bn, HIDDEN // cfg.bk)
-    c_gw = tile_cost(cfg.gw_bm, cfg.gw_bn, -(-m // cfg.bk))
+    c_ga, c_gw = _kind_costs(m, cfg)
     mean = (n_ga * c_ga + n_gw * c_gw) / programs
     ga_first = c_ga >= c_gw
-    if ga_first:
-        shared = _shared_makespan(n_ga, c_ga, n_gw, c_gw, programs)
-    else:
-        shared = _shared_makespan(n_gw, c_gw, n_ga, c_ga, programs)
+    shared = _ordered_makespan(ga_first, n_ga, c_ga, n_gw, c_gw, programs)
     used = min(programs, n_ga + n_gw)
     if cfg.trim:  # fewest programs with the same modelled makespan: no program launched just to idle at the end
         for fewer in range(max(1, (3 * used) // 4), used):
-            if (
-                _shared_makespan(
-                    n_ga if ga_first else n_gw,
-                    c_ga if ga_first else c_gw,
-                    n_gw if ga_first else n_ga,
-                    c_gw if ga_first else c_ga,
-                    fewer,
-                )
-                <= shared + 1e-9
-            ):
+            if _ordered_makespan(ga_first, n_ga, c_ga, n_gw, c_gw, fewer) <= shared + 1e-9:
                 used = fewer
                 break
     best = Plan(n_ga_m, n_gw_m, n_ga, n_gw, ga_first, 0, used, shared, mean)
@@ -129,8 +128,6 @@ def with_first(plan: Plan, m: int, cfg: KernelConfig, ga_first: bool) -> Plan:
     recomputed on the same programs). ValueError for a partitioned plan: its programs run one kind each."""
     if plan.p_ga:
         raise ValueError("with_first: a partitioned plan has no order of kinds")
-    c_ga = tile_cost(cfg.ga_bm, cfg.ga_bn, HIDDEN // cfg.bk)
-    c_gw = tile_cost(cfg.gw_bm, cfg.gw_bn, -(-m // cfg.bk))
-    first, second = ((plan.n_ga, c_ga), (plan.n_gw, c_gw)) if ga_first else ((plan.n_gw, c_gw), (plan.n_ga, c_ga))
-    span = _shared_makespan(first[0], first[1], second[0], second[1], plan.programs)
+    c_ga, c_gw = _kind_costs(m, cfg)
+    span = _ordered_makespan(ga_first, plan.n_ga, c_ga, plan.n_gw, c_gw, plan.programs)
     return replace(plan, ga_first=ga_first, makespan=span)

@@ -35,17 +35,23 @@ from kernel import gluon_backward as gb  # noqa: E402
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
 
 
+def launch_tensors(m: int, s: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
+    """(grad_output, weight, reshaped, grad_weight, grad_attn_output) of M rows of seq_len ``s``, uninitialised, in
+    the order ``launch_arguments`` takes them: what a compile needs (shapes, strides, alignment), not values."""
+    go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16, device=device)
+    x2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16, device=device)
+    w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16, device=device)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16, device=device)
+    ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    return go2, w2, x2, gw, ga
+
+
 def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module=gb, extra: dict | None = None):
     """Compile ``module``'s Gluon kernel (kernel/gluon_backward.py by default; scripts/diag_gluon_timeline.py passes
     its traced copy, with ``extra`` arguments) for sm_90 with the launcher's own arguments for M rows of seq_len
     ``s``."""
     plan = module.plan_for(m, cfg, programs)
-    go2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
-    x2 = torch.empty(m, HIDDEN, dtype=torch.bfloat16)
-    w2 = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
-    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
-    ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16)
-    args, kwargs = module.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+    args, kwargs = module.launch_arguments(*launch_tensors(m, s), s, cfg, plan)
     return plan, compile_sm90(module.entry_kernel(cfg), args, dict(kwargs, **(extra or {}), num_warps=4))
 
 

@@ -32,7 +32,8 @@ if __name__ == "__main__":  # --help answers before torch and Triton load
 
 import torch  # noqa: E402
 
-# scripts/ is on the path when this runs as a script: one kind of tile alone, as the Gluon trace runs it
+# scripts/ is on the path when this runs as a script: the compile helpers and one kind of tile alone (the trace's)
+from diag_gluon import _resource_usage, compile_sm90, launch_tensors  # noqa: E402
 from diag_gluon_timeline import kind_plan  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
@@ -40,7 +41,6 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E
 
 from kernel import gluon_backward as gb  # noqa: E402
 from kernel.schedule import Plan  # noqa: E402
-from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS  # noqa: E402
 
 FIELDS = 7  # start, after the first tile, after the first kind of tile, end; the steps of each part
 
@@ -138,20 +138,15 @@ def loads_only_kernel(
 
 
 def arguments(m: int, s: int, cfg: gb.GluonConfig, plan: Plan, device: str) -> tuple[tuple, dict, list]:
-    """(positional arguments, keyword arguments, the tensors they point into) of one launch."""
-    go2 = torch.randn(m, HIDDEN, device=device).to(torch.bfloat16)
-    x2 = torch.randn(m, HIDDEN, device=device).to(torch.bfloat16)
-    w2 = torch.randn(HIDDEN, HIDDEN, device=device).to(torch.bfloat16)
-    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16, device=device)
-    ga = torch.empty(m // s, NUM_HEADS, s, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    """(positional arguments, keyword arguments, the tensors they point into) of one launch; the inputs' values do
+    not matter: nothing reads them but the loads."""
+    tensors = launch_tensors(m, s, device)
     stamps = torch.zeros(plan.programs, FIELDS, dtype=torch.int64, device=device)
-    args, kwargs = gb.launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
-    return (*args, stamps), dict(kwargs, num_warps=4), [go2, x2, w2, gw, ga, stamps]
+    args, kwargs = gb.launch_arguments(*tensors, s, cfg, plan)
+    return (*args, stamps), dict(kwargs, num_warps=4), [*tensors, stamps]
 
 
 def compile_only() -> None:
-    from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
-
     for m in (1024, 2048):
         cfg = gb.gluon_config_for(m, 128, (9, 0), include_disabled=True)
         plan = gb.plan_for(m, cfg, 132)
@@ -168,6 +163,8 @@ def run(m: int, kind: str, reps: int) -> list[str]:
     s = 128
     cfg = gb.gluon_config_for(m, s, torch.cuda.get_device_capability(), include_disabled=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if cfg is None or cfg.ga_bm * cfg.ga_bn != cfg.gw_bm * cfg.gw_bn:  # the per-step figures assume one block size
+        raise SystemExit(f"diag_loads_only: M={m} has no Gluon entry with equal grad_attn and grad_weight tiles")
     plan = kind_plan(gb.plan_for(m, cfg, sms), kind)
     args, kwargs, keep = arguments(m, s, cfg, plan, "cuda")
     stamps = keep[-1]
