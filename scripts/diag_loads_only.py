@@ -10,12 +10,14 @@ after its first tile, after its first kind of tile and at its end. Printed per (
 events, median), and per K-step (a 128x128x64 step's 32 KB) the medians over programs of the first tile, the rest
 of the first kind and the second kind: the intake the real kernel's loops (0.31-0.36 us a step, the MMA ceiling
 0.303) cannot beat. "ga" / "gw": one kind of tile alone on the same programs, as the Gluon trace runs them.
+Exit 2 for an M whose table entry has grad_attn and grad_weight tiles of different sizes (no one step size).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -164,7 +166,8 @@ def run(m: int, kind: str, reps: int) -> list[str]:
     cfg = gb.gluon_config_for(m, s, torch.cuda.get_device_capability(), include_disabled=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if cfg is None or cfg.ga_bm * cfg.ga_bn != cfg.gw_bm * cfg.gw_bn:  # the per-step figures assume one block size
-        raise SystemExit(f"diag_loads_only: M={m} has no Gluon entry with equal grad_attn and grad_weight tiles")
+        print(f"diag_loads_only: M={m} has no Gluon entry with equal grad_attn and grad_weight tiles", file=sys.stderr)
+        sys.exit(2)
     plan = kind_plan(gb.plan_for(m, cfg, sms), kind)
     args, kwargs, keep = arguments(m, s, cfg, plan, "cuda")
     stamps = keep[-1]
