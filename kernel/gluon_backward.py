@@ -111,8 +111,16 @@ class GluonConfig:
     # v23: the shared schedule with the grad_weight tiles first (their K-steps read whole rows of grad_output and
     # reshaped; a grad_attn K-step reads a 128-byte column slice of every grad_output row), where the plan shares
     gw_first: bool = False
+    # v24: each program walks every tile's K-steps from its own offset, (program * k_rotate) steps in and around
+    # (0: from the start, as before), so that the programs' first pass over the inputs is not in lockstep (every
+    # program reading the same K-step at once); the sums' order changes with the offset, still fixed run to run
+    k_rotate: int = 0
 
     def __post_init__(self) -> None:
+        if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
+            raise ValueError(f"bk {self.bk}: 64, or 32 with host descriptors, cooperative, no held stage")
+        if self.k_rotate < 0:
+            raise ValueError(f"k_rotate {self.k_rotate}: >= 0")
         if self.l2_prefetch not in range(16) or self.pf_distance < 1:
             raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8 (0-15); pf_distance >= 1")
         if self.halves and (
@@ -279,11 +287,12 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-        L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6,
+        L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6, KROT: gl.constexpr = 0,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
-        share of every program's K-step PF_D steps ahead, after each step's loads)."""
+        share of every program's K-step PF_D steps ahead, after each step's loads; with KROT, each tile's K-steps
+        from the program's own offset, around)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
         pid = gl.program_id(0)
@@ -312,7 +321,11 @@ if GLUON_IMPORTED:
                     if L2PF & 4:
                         _l2_prefetch(pf_go + off_m * HID, gl.minimum(M - off_m, GA_BM) * (HID * 2), 0, 1, 1)
                     ahead = it == 0  # the program's first tile: every program walks its first K-steps at once
-                    for k in range(0, HID, BK):
+                    ga_rot = ((pid * KROT) % (HID // BK)) * BK
+                    for k0 in range(0, HID, BK):
+                        k = k0
+                        if KROT > 0:
+                            k = (k0 + ga_rot) % HID
                         s = it % STAGES
                         mbarrier.wait(empty.index(s), (it // STAGES) & 1)
                         bar = ready.index(s)
@@ -336,7 +349,12 @@ if GLUON_IMPORTED:
                     off_o = wm * GW_BM
                     off_i = wn * GW_BN
                     ahead = it == 0
-                    for k in range(0, M, BK):  # rows past M are zero-filled by the descriptor
+                    gw_k = gl.cdiv(M, BK) * BK
+                    gw_rot = ((pid * KROT) % gl.cdiv(M, BK)) * BK
+                    for k0 in range(0, M, BK):  # rows past M are zero-filled by the descriptor
+                        k = k0
+                        if KROT > 0:
+                            k = (k0 + gw_rot) % gw_k
                         s = it % STAGES
                         mbarrier.wait(empty.index(s), (it // STAGES) & 1)
                         bar = ready.index(s)
@@ -430,6 +448,7 @@ if GLUON_IMPORTED:
         GW_QN: gl.constexpr = GW_BN // NSPLIT
         ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_QN)
         gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_QN)
+        ga_a_narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
         if WG == 0:
             hold_ring = a_ring
         else:
@@ -452,7 +471,10 @@ if GLUON_IMPORTED:
                     for k in range(0, HID, BK):
                         s = it % STAGES
                         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-                        a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
+                        if BK == 64:
+                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
+                        else:  # rows of BK * 2 < 128 bytes: the narrower swizzle their TMA box was loaded with
+                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], ga_a_narrow)
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
                         if GA_SPLIT_M:
                             a = a.slice(WG * GA_WM, GA_WM, dim=0)
@@ -746,9 +768,9 @@ if GLUON_IMPORTED:
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
-                     PF_D: gl.constexpr):  # fmt: skip
+                     PF_D: gl.constexpr, KROT: gl.constexpr):  # fmt: skip
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-                GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
+                GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -762,6 +784,7 @@ if GLUON_IMPORTED:
         NSPLIT: gl.constexpr = 1,
         L2PF: gl.constexpr = 0,
         PF_D: gl.constexpr = 6,
+        KROT: gl.constexpr = 0,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -775,7 +798,7 @@ if GLUON_IMPORTED:
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D)  # fmt: skip
+                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -790,13 +813,14 @@ if GLUON_IMPORTED:
         L2PF: gl.constexpr = 0,
         PF_D: gl.constexpr = 6,
         pf_go=None, pf_w=None, pf_x=None,
+        KROT: gl.constexpr = 0,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
         pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
+                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -806,7 +830,7 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-        NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr,
+        NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -859,7 +883,7 @@ if GLUON_IMPORTED:
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D)),
+                                PF_D, KROT)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -917,6 +941,8 @@ def launch_arguments(
         constexprs["PF_D"] = cfg.pf_distance
         if cfg.host_desc:
             constexprs.update(pf_go=go2, pf_w=w2, pf_x=x2)
+    if cfg.k_rotate:
+        constexprs["KROT"] = cfg.k_rotate
     return args, constexprs
 
 

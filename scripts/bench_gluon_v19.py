@@ -137,6 +137,17 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (4096, 8192):
         for d in (3, 6):
             out[f"w256s3pfa{d}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, l2_prefetch=8, pf_distance=d))
+    # v24 (kernel/NOTES.md item 25): the first pass out of lockstep (each program's K-steps from its own offset,
+    # k_rotate steps a program), and K-steps of 32 with twice the stages in the same bytes (a stage back to the
+    # loader half as many bytes after its MMA)
+    out["pp7kr1_256"] = (256, replace(base[256], pingpong=True, stages=7, k_rotate=1))
+    for m in (512, 1024, 2048):
+        for r in (1, 8):
+            out[f"kr{r}_{m}"] = (m, replace(base[m], k_rotate=r))
+        out[f"bk32_{m}"] = (m, replace(base[m], bk=32, stages=12))
+    out["bk32kr1_1024"] = (1024, replace(base[1024], bk=32, stages=12, k_rotate=1))
+    for m in (4096, 8192):
+        out[f"w256s3kr1_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, k_rotate=1))
     return out
 
 

@@ -47,6 +47,9 @@ VARIANTS: dict[str, dict] = {
     "gwf": {"gw_first": True},  # the table's entry with the grad_weight tiles first (v23, run b)
     "pfa4": {"l2_prefetch": 8, "pf_distance": 4},  # v23 run c: the first tile's K-step 4 ahead asked of L2
     "pfa8": {"l2_prefetch": 8, "pf_distance": 8},
+    "kr1": {"k_rotate": 1},  # v24: each program's K-steps from its own offset (program * 1 steps), around
+    "kr8": {"k_rotate": 8},
+    "bk32": {"bk": 32, "stages": 12},  # v24: K-steps of 32 (16 KB a stage), twice the stages in the same bytes
 }
 
 
@@ -235,18 +238,18 @@ def trace_runs(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, reps: int, d
     return out
 
 
-# the table's columns (us): tiles per warpgroup, the K loop per step (from its first MMA wait), that first wait,
+# the table's columns (us): tiles per warpgroup, the K loop per 64-deep step (from its first MMA wait), that first wait,
 # ping-pong's turn wait, the epilogue, the gap (a warpgroup's epilogue end to its next tile's first MMA), the
 # handoff (a program's tile's last MMA retired to its next tile's first MMA; negative: overlapped), the span
 COLUMNS = (("tiles", "tiles/WG"), ("loop", "loop/step"), ("first", "1st wait"), ("turn", "turn"), ("epi", "epilogue"))
 COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("span", "span"))
 
 
-def summarise(trace: torch.Tensor, m: int, bk: int) -> dict[int, dict[str, float]]:
+def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
     """One launch, per kind of tile: the means (us) over its records, its tiles seen ("n") and the span. "gap" and
     "handoff" are counted with the tile before them: a warpgroup's epilogue end to its next tile's first MMA, and
     the program's tile's last MMA retired to the program's next tile's first MMA (either warpgroup)."""
-    steps = {0: HIDDEN // bk, 1: -(-m // bk)}
+    steps = {0: HIDDEN // 64, 1: -(-m // 64)}  # per 64-deep K-step whatever the kernel's BK (bk 32: two)
     acc: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     tiles: dict[tuple[int, int], tuple[int, int, int]] = {}  # (program, slot) -> (kind, first ready, last K end)
     recs = trace.view(-1, SLOTS, len(FIELDS))[:, :MAX_TILES]  # (program * 2 + warpgroup, slot, field)
@@ -333,7 +336,7 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
         plan = kind_plan(real, kind)
         traces = trace_runs(tm, b, s, cfg, plan, reps, device)
         saved[f"{m}/{name}/{kind}"] = [compact(tr) for tr in traces]
-        per = [summarise(t, m, cfg.bk) for t in traces]
+        per = [summarise(t, m) for t in traces]
         expected = {0: plan.n_ga, 1: plan.n_gw}
         for k in sorted({k for p in per for k in p}):
             cells = [statistics.median(p[k][c] for p in per if k in p) for c, _ in COLUMNS]

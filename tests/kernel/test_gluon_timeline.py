@@ -74,7 +74,7 @@ def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatc
         trace[program, 0, dgt.PROGRAM_SLOT, 0] = entry
     got = dgt.outside(trace)
     assert got == pytest.approx({"prologue": 0.5, "drain": 0.8, "kernel": 7.0, "tiles": 5.7})
-    summary = dgt.summarise(trace, 512, 64)
+    summary = dgt.summarise(trace, 512)
     assert set(summary) == {1} and summary[1]["n"] == 2  # two grad_weight tiles, no program record among them
 
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device-tool call for issue 21's v24 (kernel/NOTES.md item 25; GPU machine, repository root): the first pass
+# out of lockstep (GluonConfig.k_rotate: each program walks every tile's K-steps from its own offset, around) and
+# K-steps of 32 with 12 stages (bk 32: the same ring bytes, a stage back to the loader after half the bytes), beside
+# each bucket's table entry, the tile-language kernel and cuBLAS at M = 256-8192; the per-bucket winners into
+# GLUON_TABLE; the GPU tests and the 16 cases only where that changed the table (scripts/gpu_v19_session.sh's steps,
+# logs v24_*); then the trace of the first pass at M = 1024 / 2048 (v24_trace.log).
+# Usage: bash scripts/gpu_v24_session.sh   (~450 s at most with the machine warm; logs under $OUT)
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+ONLY="pp7_256 pp7kr1_256 v18_512 kr1_512 kr8_512 bk32_512 v18_1024 kr1_1024 kr8_1024 bk32_1024 bk32kr1_1024"
+ONLY="$ONLY v18_2048 kr1_2048 kr8_2048 bk32_2048 w256s3_4096 w256s3kr1_4096 w256s3_8192 w256s3kr1_8192"
+ONLY=${V24_ONLY:-$ONLY}
+TIMED=${V24_TIMED:-"8,128 4,128 1,256 16,128 2,2048 2,4096"}
+export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED" TAG=v24 SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
+bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
+OUT=${OUT:-/tmp/out}
+if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); from bench_gluon_v19 import baseline
+changed = any(e["name"] != baseline(int(b)) for b, e in json.load(open(sys.argv[1])).items())
+sys.exit(0 if changed else 1)' \
+  "$OUT/select.json"; then
+  bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
+fi
+export PYTHONPATH=$PWD  # the first pass traced: its loop per 64-deep step with each variant
+timeout 90 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants coop,kr1,kr8,bk32 --kinds both --reps 10 \
+  2>&1 | grep -v -i warn | tee "$OUT/v24_trace.log" | tail -n 24
