@@ -124,9 +124,9 @@ class GluonConfig:
         if self.l2_prefetch not in range(16) or self.pf_distance < 1:
             raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8 (0-15); pf_distance >= 1")
         if self.halves and (
-            self.epi_hold or self.pingpong or self.ga_bm != 128 or (self.ga_bn, self.gw_bn) != (256, 256)
+            self.epi_hold or self.pingpong or self.ga_bm != 128 or self.gw_bn != 256 or self.ga_bn not in (128, 256)
         ):
-            raise ValueError("halves: cooperative 128x256 tiles of both kinds only (no epi_hold, no ping-pong)")
+            raise ValueError("halves: cooperative 128x256 grad_weight tiles (no epi_hold, no ping-pong)")
         if self.hold_release < 1 or (self.hold_release > 1 and self.hold_release > self.stages - 1):
             raise ValueError(f"hold_release {self.hold_release}: must be 1, or at most stages - 1 ({self.stages - 1})")
         if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):

@@ -148,6 +148,11 @@ def variants() -> dict[str, tuple[int, object]]:
     out["bk32kr1_1024"] = (1024, replace(base[1024], bk=32, stages=12, k_rotate=1))
     for m in (4096, 8192):
         out[f"w256s3kr1_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, k_rotate=1))
+    # v24, run b: 128x256 grad_weight tiles beside 128x128 grad_attn ones at M = 512-2048 (half the grad_weight
+    # tiles: two handoffs fewer a program at M = 512, one at 1024), 3 stages, or 4 with the two-pass epilogue
+    for m in (512, 1024, 2048):
+        out[f"gw256s3_{m}"] = (m, replace(base[m], gw_bn=256, stages=3))
+        out[f"gw256s4h_{m}"] = (m, replace(base[m], gw_bn=256, stages=4, halves=True))
     return out
 
 

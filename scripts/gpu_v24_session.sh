@@ -4,17 +4,22 @@
 # K-steps of 32 with 12 stages (bk 32: the same ring bytes, a stage back to the loader after half the bytes), beside
 # each bucket's table entry, the tile-language kernel and cuBLAS at M = 256-8192; the per-bucket winners into
 # GLUON_TABLE; the GPU tests and the 16 cases only where that changed the table (scripts/gpu_v19_session.sh's steps,
-# logs v24_*); then the trace of the first pass at M = 1024 / 2048 (v24_trace.log).
-# Usage: bash scripts/gpu_v24_session.sh   (~450 s at most with the machine warm; logs under $OUT)
+# logs v24_*); then the trace of the first pass at M = 1024 / 2048 (v24_trace.log). Run b: 128x256 grad_weight
+# tiles beside 128x128 grad_attn ones at M = 512-2048 (3 stages, or 4 with the two-pass epilogue; logs v24b_*).
+# Usage: bash scripts/gpu_v24_session.sh [b]   (~450 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 ONLY="pp7_256 pp7kr1_256 v18_512 kr1_512 kr8_512 bk32_512 v18_1024 kr1_1024 kr8_1024 bk32_1024 bk32kr1_1024"
 ONLY="$ONLY v18_2048 kr1_2048 kr8_2048 bk32_2048 w256s3_4096 w256s3kr1_4096 w256s3_8192 w256s3kr1_8192"
-ONLY=${V24_ONLY:-$ONLY}
-TIMED=${V24_TIMED:-"8,128 4,128 1,256 16,128 2,2048 2,4096"}
-export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED" TAG=v24 SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
+TIMED="8,128 4,128 1,256 16,128 2,2048 2,4096" TAG=v24 TRACED=coop,kr1,kr8,bk32 TRACE_MS="1024 2048"
+if [ "${1:-}" = b ]; then
+  ONLY="v18_512 gw256s3_512 gw256s4h_512 v18_1024 gw256s3_1024 gw256s4h_1024 v18_2048 gw256s3_2048 gw256s4h_2048"
+  TIMED="4,128 1,512 8,128 1,1024 16,128 2,1024" TAG=v24b TRACED=coop,gw256s3,gw256s4h TRACE_MS="512 1024"
+fi
+ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
+export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
 OUT=${OUT:-/tmp/out}
 if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); from bench_gluon_v19 import baseline
@@ -23,6 +28,6 @@ sys.exit(0 if changed else 1)' \
   "$OUT/select.json"; then
   bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
 fi
-export PYTHONPATH=$PWD  # the first pass traced: its loop per 64-deep step with each variant
-timeout 90 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants coop,kr1,kr8,bk32 --kinds both --reps 10 \
-  2>&1 | grep -v -i warn | tee "$OUT/v24_trace.log" | tail -n 24
+export PYTHONPATH=$PWD  # the variants traced: each kind's loop per 64-deep step, first wait, epilogue, handoffs
+timeout 90 python3 scripts/diag_gluon_timeline.py --ms $TRACE_MS --variants $TRACED --kinds both --reps 10 \
+  2>&1 | grep -v -i warn | tee "$OUT/${TAG}_trace.log" | tail -n 24

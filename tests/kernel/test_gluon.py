@@ -101,17 +101,58 @@ def test_table_lines_are_the_selection_writers() -> None:
 
 
 def test_halves_only_where_a_warpgroup_owns_256_columns() -> None:
-    """``halves`` (v22) splits each warpgroup's 256-column half-tile into two accumulators: cooperative 128x256 tiles
-    of both kinds only; anywhere else it is refused, never silently ignored."""
+    """``halves`` (v22) splits each warpgroup's 256-column half-tile into two accumulators: cooperative tiles with
+    128x256 grad_weight tiles (grad_attn's 128 or 256 columns, v24); anywhere else it is refused, never silently
+    ignored."""
     assert gb.GluonConfig(128, 256, 128, 256, stages=4, halves=True).halves
+    assert gb.GluonConfig(128, 128, 128, 256, stages=4, halves=True).halves  # v24 run b: grad_weight's only
     for bad in (
         {"ga_bn": 128, "gw_bn": 128},  # no 256-column half-tile to split
+        {"gw_bn": 128},  # the grad_weight tiles' warpgroups own 128 columns
         {"ga_bm": 64},  # a 64-row grad_attn tile is split by columns already
         {"epi_hold": True},  # the held stage is one 32 KB epilogue, not two passes
         {"pingpong": True},
     ):
         with pytest.raises(ValueError, match="halves"):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 256, "gw_bm": 128, "gw_bn": 256, "halves": True, **bad})
+
+
+def test_bk_and_k_rotate_are_checked() -> None:
+    """``bk`` (v24) is 64, or 32 on the cooperative host-descriptor path without a held stage (the device-built
+    descriptors and the held-stage epilogue assume 128-byte rows); ``k_rotate`` is a number of steps, not negative."""
+    assert gb.GluonConfig(128, 128, 128, 128, stages=12, bk=32, host_desc=True, k_rotate=8).bk == 32
+    for bad in (
+        {"bk": 48, "host_desc": True},
+        {"bk": 128, "host_desc": True},
+        {"bk": 32},  # device-built descriptors
+        {"bk": 32, "host_desc": True, "pingpong": True},
+        {"bk": 32, "host_desc": True, "epi_hold": True},
+    ):
+        with pytest.raises(ValueError, match="bk"):
+            gb.GluonConfig(128, 128, 128, 128, stages=7, **bad)
+    with pytest.raises(ValueError, match="k_rotate"):
+        gb.GluonConfig(128, 128, 128, 128, k_rotate=-1)
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-steps of 32 (v24): 12 stages of 16 KB in the bytes of 6 of 32 KB, half the wgmma instructions a step, no
+    spills; ``k_rotate`` changes the loader's PTX only when it is on (the table's entries stay v23's)."""
+    from dataclasses import replace
+
+    out = run_script("scripts/diag_gluon.py", "1024", "--set", "bk=32", "--set", "stages=12")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
+    assert "stages 12" in line and "local 0" in line and "stack 0" in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+    assert re.search(r"wgmma 8\b", line), line  # two k16 instructions a warpgroup step instead of four
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    from diag_gluon import compile_for
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    ptx = {r: compile_for(1024, 128, replace(cfg, k_rotate=r))[1].asm["ptx"] for r in (0, 1)}
+    plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
+    assert ptx[0] == plain and ptx[1] != plain
 
 
 def test_l2_prefetch_switches_are_checked() -> None:
