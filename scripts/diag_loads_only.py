@@ -2,14 +2,19 @@
 loads can feed the ring when nothing computes, with the inputs cold (L2 flushed before each launch) or warm.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_loads_only.py [--ms 1024 2048] [--kinds both,ga,gw] [--reps 10]
+             [--hold-ns 0,300] [--stages 6,7]
 Usage (CPU): PYTHONPATH=. python scripts/diag_loads_only.py --compile-only   (sm_90: registers, shared, PTX)
 
 Each program runs the table's loader (``kernel.gluon_backward._loader``: the same tiles, order, ring and TMA boxes)
-against one warpgroup that releases every stage as soon as it is ready, and stamps the global timer at its start,
-after its first tile, after its first kind of tile and at its end. Printed per (M, plan, L2): the launch (CUDA
-events, median), and per K-step (a 128x128x64 step's 32 KB) the medians over programs of the first tile, the rest
-of the first kind and the second kind: the intake the real kernel's loops (0.31-0.36 us a step, the MMA ceiling
-0.303) cannot beat. "ga" / "gw": one kind of tile alone on the same programs, as the Gluon trace runs them.
+against one warpgroup that releases every stage as soon as it is ready or, with ``--hold-ns H``, as the real
+kernel's consumers do with an MMA of H ns a step (item 25): stage k is released once step k + 1's stage is ready and
+an emulated MMA of H ns on stage k is over (the MMAs one after another: ``warpgroup_mma_wait(1)``). It stamps the
+global timer at its start, at its first stage's arrival, after its first tile, after its first kind of tile and at
+its end. Printed per (M, plan, stages, H, L2): the span inside the GPU (first start to last end, median over
+launches), the first wait, and per K-step (a 128x128x64 step's 32 KB) the medians over programs of the first tile
+(from its first stage), the rest of the first kind and the second kind: with H = 0 the intake the real kernel's
+loops (0.31-0.36 us a step, the MMA ceiling 0.303) cannot beat; with H = 300 what the memory system alone makes of
+the real kernel's pace. "ga" / "gw": one kind of tile alone on the same programs, as the Gluon trace runs them.
 Exit 2 for an M whose table entry has grad_attn and grad_weight tiles of different sizes (no one step size).
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import replace
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ms", nargs="+", type=int, default=[1024, 2048], help="rows M, run as (M/128, 128)")
     ap.add_argument("--kinds", default="both,ga,gw", help="both (the real plan), ga, gw (one kind alone)")
     ap.add_argument("--reps", type=int, default=10, help="timed launches per (M, plan, L2)")
+    ap.add_argument("--hold-ns", default="0", help="emulated MMA ns a step (comma list; 0: release on arrival)")
+    ap.add_argument("--stages", default="", help="ring depths (comma list; default the table entry's)")
     ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 here, no GPU")
     return ap.parse_args(argv)
 
@@ -44,7 +52,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E
 from kernel import gluon_backward as gb  # noqa: E402
 from kernel.schedule import Plan  # noqa: E402
 
-FIELDS = 7  # start, after the first tile, after the first kind of tile, end; the steps of each part
+# start, after the first tile, after the first kind of tile, end; the steps of each part; the first stage's arrival
+FIELDS = 8
 
 
 @gluon.jit
@@ -54,11 +63,12 @@ def _now():
 
 @gluon.jit
 def _release(
-    ready, empty, stamps_ptr, M, n_ga_m, P_GA,
+    ready, empty, stamps_ptr, M, n_ga_m, P_GA, hold_ns,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-    BK: gl.constexpr, STAGES: gl.constexpr,
+    BK: gl.constexpr, STAGES: gl.constexpr, HOLD: gl.constexpr,
 ):  # fmt: skip
-    """One warpgroup: every stage released as soon as its loads land; the program's stamps and step counts."""
+    """One warpgroup: every stage released as soon as its loads land or (HOLD) as the real consumers release it
+    with an MMA of ``hold_ns`` a step; the program's stamps and step counts."""
     ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = gb._program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
     ga_tiles = gl.cdiv(gl.maximum(n_ga - ga_lo, 0), ga_step)
     gw_tiles = gl.cdiv(gl.maximum(n_gw - gw_lo, 0), gw_step)
@@ -76,15 +86,30 @@ def _release(
     t0 = _now()
     t1 = t0
     t2 = t0
+    tr = t0
+    busy = t0  # HOLD: when the emulated tensor cores finish the MMA issued last
+    prev = 0
     for it in range(n_steps):
         s = it % STAGES
         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-        mbarrier.arrive(empty.index(s), count=1)
+        now = _now()
+        if it == 0:
+            tr = now
+        if HOLD:
+            done_prev = busy  # the previous step's MMA: over at this time
+            busy = gl.maximum(busy, now) + hold_ns  # this step's MMA, issued now, queued behind it
+            if it > 0:  # warpgroup_mma_wait(1): the previous MMA retired, its stage handed back
+                while _now() < done_prev:
+                    pass
+                mbarrier.arrive(empty.index(prev), count=1)
+            prev = s
+        else:
+            mbarrier.arrive(empty.index(s), count=1)
         if it == first_tile - 1:
             t1 = _now()
         if it == first_kind - 1:
             t2 = _now()
-    rec = stamps_ptr + gl.program_id(0) * 7
+    rec = stamps_ptr + gl.program_id(0) * 8
     gl.store(rec, t0)
     gl.store(rec + 1, t1)
     gl.store(rec + 2, t2)
@@ -92,6 +117,7 @@ def _release(
     gl.store(rec + 4, gl.minimum(first_tile, n_steps).to(gl.int64))
     gl.store(rec + 5, first_kind.to(gl.int64))
     gl.store(rec + 6, n_steps.to(gl.int64))
+    gl.store(rec + 7, tr)
 
 
 @gluon.jit
@@ -99,24 +125,24 @@ def _load(
     go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
     GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, L2PF: gl.constexpr,
-    pf_go, pf_w, pf_x, PF_D: gl.constexpr,
+    pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
 ):  # fmt: skip
     gb._loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)  # fmt: skip
+               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
 def loads_only_kernel(
-    go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, stamps_ptr,
+    go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, stamps_ptr, hold_ns,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
     GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
     EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
     HOLD_REL: gl.constexpr = 1, NSPLIT: gl.constexpr = 1, L2PF: gl.constexpr = 0, PF_D: gl.constexpr = 6,
-    pf_go=None, pf_w=None, pf_x=None,
+    pf_go=None, pf_w=None, pf_x=None, KROT: gl.constexpr = 0, HOLD: gl.constexpr = False,
 ):  # fmt: skip
-    """The host-descriptor entry's arguments (``launch_arguments``), the stamps after them; the consumers' switches
-    (EPI_HOLD ... NSPLIT) are accepted and unused: nothing computes."""
+    """The host-descriptor entry's arguments (``launch_arguments``), the stamps and the emulated MMA's ns after them;
+    the consumers' switches (EPI_HOLD ... NSPLIT) are accepted and unused: nothing computes."""
     dtype: gl.constexpr = go_a.dtype
     A_COLS: gl.constexpr = GW_BM if GW_BM >= GA_BM else GA_BM
     B_COLS: gl.constexpr = GW_BN if GW_BN >= GA_BN else GA_BN
@@ -130,46 +156,53 @@ def loads_only_kernel(
         mbarrier.arrive(empty.index(i), count=1)
     gl.warp_specialize(
         [
-            (_release, (ready, empty, stamps_ptr, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN, BK, STAGES)),
+            (_release, (ready, empty, stamps_ptr, M, n_ga_m, P_GA, hold_ns, GA_FIRST, HID, GA_BN, GW_BM, GW_BN, BK,
+                        STAGES, HOLD)),
             (_load, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-                     GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D)),
+                     GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)),
         ],
         [1],
         [LOADER_REGS],
     )  # fmt: skip
 
 
-def arguments(m: int, s: int, cfg: gb.GluonConfig, plan: Plan, device: str) -> tuple[tuple, dict, list]:
+def arguments(
+    m: int, s: int, cfg: gb.GluonConfig, plan: Plan, device: str, hold_ns: int = 0
+) -> tuple[tuple, dict, list]:
     """(positional arguments, keyword arguments, the tensors they point into) of one launch; the inputs' values do
     not matter: nothing reads them but the loads."""
     tensors = launch_tensors(m, s, device)
     stamps = torch.zeros(plan.programs, FIELDS, dtype=torch.int64, device=device)
     args, kwargs = gb.launch_arguments(*tensors, s, cfg, plan)
-    return (*args, stamps), dict(kwargs, num_warps=4), [*tensors, stamps]
+    return (*args, stamps, hold_ns), dict(kwargs, num_warps=4, HOLD=hold_ns > 0), [*tensors, stamps]
 
 
 def compile_only() -> None:
     for m in (1024, 2048):
         cfg = gb.gluon_config_for(m, 128, (9, 0), include_disabled=True)
         plan = gb.plan_for(m, cfg, 132)
-        args, kwargs, _ = arguments(m, 128, cfg, plan, "cpu")
-        k = compile_sm90(loads_only_kernel, args, kwargs)
-        ptx = k.asm["ptx"]
-        print(
-            f"M={m} loads only: shared {k.metadata.shared} B, {_resource_usage(k.asm['cubin'])}, "
-            f"wgmma {ptx.count('wgmma.mma_async')}, tma_load {ptx.count('cp.async.bulk.tensor')}"
-        )
+        for hold_ns in (0, 300):
+            args, kwargs, _ = arguments(m, 128, cfg, plan, "cpu", hold_ns)
+            k = compile_sm90(loads_only_kernel, args, kwargs)
+            ptx = k.asm["ptx"]
+            print(
+                f"M={m} loads only, hold {hold_ns} ns: shared {k.metadata.shared} B, "
+                f"{_resource_usage(k.asm['cubin'])}, wgmma {ptx.count('wgmma.mma_async')}, "
+                f"tma_load {ptx.count('cp.async.bulk.tensor')}, globaltimer {ptx.count('%globaltimer')}"
+            )
 
 
-def run(m: int, kind: str, reps: int) -> list[str]:
+def run(m: int, kind: str, reps: int, hold_ns: int, stages: int | None) -> list[str]:
     s = 128
     cfg = gb.gluon_config_for(m, s, torch.cuda.get_device_capability(), include_disabled=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if cfg is None or cfg.ga_bm * cfg.ga_bn != cfg.gw_bm * cfg.gw_bn:  # the per-step figures assume one block size
         print(f"diag_loads_only: M={m} has no Gluon entry with equal grad_attn and grad_weight tiles", file=sys.stderr)
         sys.exit(2)
+    if stages:
+        cfg = replace(cfg, stages=stages)
     plan = kind_plan(gb.plan_for(m, cfg, sms), kind)
-    args, kwargs, keep = arguments(m, s, cfg, plan, "cuda")
+    args, kwargs, keep = arguments(m, s, cfg, plan, "cuda", hold_ns)
     stamps = keep[-1]
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
     launch = loads_only_kernel[(plan.programs,)]
@@ -178,23 +211,22 @@ def run(m: int, kind: str, reps: int) -> list[str]:
     scale = (cfg.ga_bm * cfg.ga_bn) / (128 * 128)  # a K-step's bytes against a 128x128x64 step's 32 KB
     rows = []
     for cold in (True, False):
-        times, first, rest, second = [], [], [], []
+        spans, waits, first, rest, second = [], [], [], [], []
         for _ in range(reps):
             if cold:
                 flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
             launch(*args, **kwargs)
-            end.record()
             torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
             t = stamps.double().cpu()
-            first.append(_per_step(t[:, 1] - t[:, 0], t[:, 4], scale))
+            spans.append(float(t[:, 3].max() - t[:, 0].min()) / 1e3)
+            waits.append(statistics.median(((t[:, 7] - t[:, 0]) / 1e3).tolist()))
+            first.append(_per_step(t[:, 1] - t[:, 7], t[:, 4] - 1, scale))  # from the first stage's arrival
             rest.append(_per_step(t[:, 2] - t[:, 1], t[:, 5] - t[:, 4], scale))
             second.append(_per_step(t[:, 3] - t[:, 2], t[:, 6] - t[:, 5], scale))
         rows.append(
-            f"| {m} | {kind} ({plan.kind}, {plan.programs} programs) | {'cold' if cold else 'warm'} | "
-            f"{statistics.median(times):.1f} | {_fmt(first)} | {_fmt(rest)} | {_fmt(second)} |"
+            f"| {m} | {kind} ({plan.kind}, {plan.programs} programs) | {cfg.stages} | {hold_ns} | "
+            f"{'cold' if cold else 'warm'} | {_fmt(spans, 2)} | {_fmt(waits, 2)} | {_fmt(first)} | {_fmt(rest)} | "
+            f"{_fmt(second)} |"
         )
     return rows
 
@@ -207,21 +239,28 @@ def _per_step(ns: torch.Tensor, steps: torch.Tensor, scale: float) -> float:
     return statistics.median((ns[ran] / 1e3 / steps[ran] / scale).tolist())
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f}"
+def _fmt(values: list[float], digits: int = 3) -> str:
+    return f"{statistics.median(values):.{digits}f}"
 
 
 def main(args: argparse.Namespace) -> int:
     if args.compile_only:
         compile_only()
         return 0
+    holds = [int(h) for h in args.hold_ns.split(",")]
+    depths: list[int | None] = [int(d) for d in args.stages.split(",") if d] or [None]
     print(f"GPU {torch.cuda.get_device_name()}; loads only (the table's loader, nothing computes), medians")
-    print("| M | plan | L2 | launch us | first tile | rest of the first kind | second kind |   (us a 32 KB step)")
-    print("|---:|---|---|---:|---:|---:|---:|")
+    print(
+        "| M | plan | stages | MMA ns | L2 | span us | first wait us | first tile | rest of the first kind "
+        "| second kind |   (us a 32 KB step)"
+    )
+    print("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for m in args.ms:
         for kind in args.kinds.split(","):
-            for row in run(m, kind, args.reps):
-                print(row, flush=True)
+            for depth in depths:
+                for hold_ns in holds:
+                    for row in run(m, kind, args.reps, hold_ns, depth):
+                        print(row, flush=True)
     return 0
 
 

@@ -6,9 +6,17 @@
 # GLUON_TABLE; the GPU tests and the 16 cases only where that changed the table (scripts/gpu_v19_session.sh's steps,
 # logs v24_*); then the trace of the first pass at M = 1024 / 2048 (v24_trace.log). Run b: 128x256 grad_weight
 # tiles beside 128x128 grad_attn ones at M = 512-2048 (3 stages, or 4 with the two-pass epilogue; logs v24b_*).
-# Usage: bash scripts/gpu_v24_session.sh [b]   (~450 s at most with the machine warm; logs under $OUT)
+# Run c: no sweep; the loader alone with its stages released as the real consumers release them after an emulated
+# MMA of 300 ns a step (scripts/diag_loads_only.py --hold-ns), 4, 6 and 7 stages, cold and warm (v24c_loads.log).
+# Usage: bash scripts/gpu_v24_session.sh [b|c]   (~450 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+if [ "${1:-}" = c ]; then
+  mkdir -p "${OUT:-/tmp/out}"
+  PYTHONPATH=$PWD timeout 240 python3 scripts/diag_loads_only.py --ms 1024 2048 --kinds both --hold-ns 0,300 \
+    --stages 4,6,7 --reps 10 2>&1 | grep -v -i warn | tee "${OUT:-/tmp/out}/v24c_loads.log"
   exit 0
 fi
 ONLY="pp7_256 pp7kr1_256 v18_512 kr1_512 kr8_512 bk32_512 v18_1024 kr1_1024 kr8_1024 bk32_1024 bk32kr1_1024"

@@ -79,13 +79,15 @@ def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatc
 
 
 def test_loads_only_diagnostic_runs_the_tables_loader_and_nothing_else() -> None:
-    """scripts/diag_loads_only.py (kernel/NOTES.md item 24, Next 2): the table's loader feeding a warpgroup that only
-    releases the stages, compiled for sm_90 at M = 1024 and 2048: TMA loads and no MMA, no spills, and the ring of
-    the table's entry in shared memory."""
+    """scripts/diag_loads_only.py (kernel/NOTES.md items 24-25): the table's loader feeding a warpgroup that only
+    releases the stages, on arrival or after an emulated MMA (``--hold-ns``), compiled for sm_90 at M = 1024 and
+    2048: TMA loads and no MMA, no spills, and the ring of the table's entry in shared memory."""
     out = run_script("scripts/diag_loads_only.py", "--compile-only")
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [ln for ln in out.stdout.splitlines() if " loads only: " in ln]
-    assert [ln.split(" loads")[0] for ln in lines] == ["M=1024", "M=2048"], out.stdout
+    lines = [ln for ln in out.stdout.splitlines() if " loads only, " in ln]
+    assert [ln.split(":")[0] for ln in lines] == [
+        f"M={m} loads only, hold {h} ns" for m in (1024, 2048) for h in (0, 300)
+    ], out.stdout
     for line in lines:
         assert 6 * 32 * 1024 <= int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
         assert "stack 0, local 0" in line and "wgmma 0," in line, line
