@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import re
 import statistics
 import sys
@@ -31,7 +32,8 @@ FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind")
 MAX_TILES = 16  # tile slots per program (the plans of M <= 2048 run at most 4 tiles a program)
 # one more slot per lane (program * 2 + warpgroup) after the tiles': the program's record, its entry stamped in
 # field "start" of warpgroup 0's (before the barriers' init), each consumer warpgroup's exit in field "epi" of its
-# own (after its last store_wait): the time outside the tiles (the prologue, the last stores' drain)
+# own (after its last store_wait): the time outside the tiles (the prologue, the last stores' drain); and in
+# warpgroup 0's fields 1-3 (v24): the barriers' init done, the loader partition's start, consumer 0's start
 PROGRAM_SLOT = MAX_TILES
 SLOTS = MAX_TILES + 1
 KINDS = {"ga": 0, "gw": 1}  # grad_attn_output tiles (K = 2048), grad_weight tiles (K = M)
@@ -146,6 +148,10 @@ def traced_source(src: str) -> str:
     src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=7)
     # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
     src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
+    # where the prologue goes (v24): the barriers' init done, the loader partition's start, consumer 0's start
+    src = _sub(src, r"^( +)mbarrier\.init\(sync\.index\(2\), count=1\)\n", r"\g<0>\1_trace_program(trace_ptr, 0, 1)\n")
+    src = _sub(src, r"^( +)_loader\(go_a, w_b, go_t, x_b, a_ring,", r"\1_trace_program(trace_ptr, 0, 2)\n\g<0>")
+    src = _sub(src, r"^( +)_consumer_part\(0, ga_out,", r"\1_trace_program(trace_ptr, 0, 3)\n\g<0>")
     # the end of the epilogue: cooperative after its TMA stores are issued (the program's tile nt - 1) ...
     src = _sub(
         src,
@@ -282,20 +288,28 @@ def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
 
 
 def outside(trace: torch.Tensor) -> dict[str, float]:
-    """One launch, from the programs' records: the prologue (a program's entry to its first tile's start), the drain
-    (its last tile's epilogue end to its warpgroups' exit), the kernel's span inside the GPU (first entry to last
-    exit) and the tiles' span (the table's "span"), us; medians over the programs for the first two."""
+    """One launch, from the programs' records: the prologue (a program's entry to its first tile's start; within
+    it, from the entry: the barriers' init done, the loader's and consumer 0's starts, and to the first stage's
+    arrival), the drain (its last tile's epilogue end to its warpgroups' exit), the kernel's span inside the GPU
+    (first entry to last exit) and the tiles' span (the table's "span"), us; medians over the programs but for the
+    two spans."""
     lanes = trace.view(-1, 2, SLOTS, len(FIELDS))  # (program, warpgroup, slot, field)
     tiles, prog = lanes[:, :, :MAX_TILES], lanes[:, :, PROGRAM_SLOT]
     entry, exits = prog[:, 0, 0], prog[:, :, 4].max(dim=1).values
+    inits, loader, consumer = prog[:, 0, 1], prog[:, 0, 2], prog[:, 0, 3]
     seen = tiles[..., 0] != 0
     big = torch.iinfo(torch.int64).max
     first = torch.where(seen, tiles[..., 0], big).flatten(1).min(dim=1).values
+    data = torch.where(seen, tiles[..., 2], big).flatten(1).min(dim=1).values  # the first stage's arrival
     last = torch.where(seen, tiles[..., 4], 0).flatten(1).max(dim=1).values
     ok = (entry != 0) & (exits != 0) & seen.flatten(1).any(dim=1)
     if not bool(ok.any()):
-        return {"prologue": float("nan"), "drain": float("nan"), "kernel": float("nan"), "tiles": float("nan")}
+        return dict.fromkeys(("prologue", "drain", "kernel", "tiles", "inits", "loader", "consumer", "data"), math.nan)
     return {
+        "inits": float((inits - entry)[ok].float().median()) / 1e3,
+        "loader": float((loader - entry)[ok].float().median()) / 1e3,
+        "consumer": float((consumer - entry)[ok].float().median()) / 1e3,
+        "data": float((data - entry)[ok].float().median()) / 1e3,
         "prologue": float((first - entry)[ok].float().median()) / 1e3,
         "drain": float((exits - last)[ok].float().median()) / 1e3,
         "kernel": float(exits[ok].max() - entry[ok].min()) / 1e3,
@@ -355,7 +369,8 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
         cell = {c: statistics.median(o[c] for o in out) for c in out[0]}
         print(
             f"| {name} | {kind}: outside the tiles | prologue {cell['prologue']:.2f} | drain {cell['drain']:.2f} | "
-            f"kernel {cell['kernel']:.2f} | tiles {cell['tiles']:.2f} |",
+            f"kernel {cell['kernel']:.2f} | tiles {cell['tiles']:.2f} | from the entry: inits {cell['inits']:.2f}, "
+            f"loader {cell['loader']:.2f}, consumer {cell['consumer']:.2f}, first stage {cell['data']:.2f} |",
             flush=True,
         )
         saved[f"{m}/{name}/{kind}/programs"] = [t.view(-1, 2, SLOTS, len(FIELDS))[:, :, PROGRAM_SLOT] for t in traces]

@@ -57,8 +57,9 @@ def test_wgmma_ceiling_loops_compile_for_sm90_with_their_mmas_and_no_spills() ->
 
 def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each program's record (its entry, its warpgroups' exits) sits after its tiles' slots: the tile summary never
-    counts it as a tile, and ``outside`` gives the prologue (entry to first tile start), the drain (last epilogue
-    end to the later warpgroup's exit), the kernel's span and the tiles' span, here on a made-up launch (ns)."""
+    counts it as a tile, and ``outside`` gives the prologue (entry to first tile start) and where it goes, the drain
+    (last epilogue end to the later warpgroup's exit), the kernel's span and the tiles' span, here on a made-up
+    launch (ns)."""
     import torch
 
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
@@ -72,8 +73,13 @@ def test_the_time_outside_the_tiles_is_read_from_the_programs_records(monkeypatc
             trace[program, wg, 0, 7] = 1
             trace[program, wg, dgt.PROGRAM_SLOT, 4] = start + 5_400 + 700 + 100 * wg  # exit after the drain
         trace[program, 0, dgt.PROGRAM_SLOT, 0] = entry
+        # the barriers' init done, the loader's start, consumer 0's start (v24)
+        trace[program, 0, dgt.PROGRAM_SLOT, 1:4] = torch.tensor([entry + 100, entry + 250, entry + 400])
     got = dgt.outside(trace)
-    assert got == pytest.approx({"prologue": 0.5, "drain": 0.8, "kernel": 7.0, "tiles": 5.7})
+    assert got == pytest.approx(
+        {"prologue": 0.5, "drain": 0.8, "kernel": 7.0, "tiles": 5.7}
+        | {"inits": 0.1, "loader": 0.25, "consumer": 0.4, "data": 0.8}  # data: the first stage's arrival
+    )
     summary = dgt.summarise(trace, 512)
     assert set(summary) == {1} and summary[1]["n"] == 2  # two grad_weight tiles, no program record among them
 
