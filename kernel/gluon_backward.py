@@ -327,7 +327,7 @@ if GLUON_IMPORTED:
                         if KROT > 0:
                             k = (k0 + ga_rot) % HID
                         s = it % STAGES
-                        mbarrier.wait(empty.index(s), (it // STAGES) & 1)
+                        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                         bar = ready.index(s)
                         mbarrier.expect(bar, ga_bytes)
                         # grad_attn blocks are smaller: a view of the start of stage s (each stage keeps its
@@ -356,7 +356,7 @@ if GLUON_IMPORTED:
                         if KROT > 0:
                             k = (k0 + gw_rot) % gw_k
                         s = it % STAGES
-                        mbarrier.wait(empty.index(s), (it // STAGES) & 1)
+                        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                         bar = ready.index(s)
                         mbarrier.expect(bar, gw_bytes)
                         As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
@@ -864,13 +864,16 @@ if GLUON_IMPORTED:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns
         sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
+        # Every stage starts empty: the loader's first wait on a stage is for parity 1, the phase before a fresh
+        # mbarrier's first, which counts as completed (v24: no arrivals here). The allocations' inits interleave:
+        # Triton puts a warpgroup barrier between two writes to one allocation, so one barrier a stage (v23: two).
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=CONSUMERS)
-            mbarrier.arrive(empty.index(i), count=CONSUMERS)  # every stage starts empty (phase 0 completed)
-        mbarrier.init(sync.index(0), count=2)
-        mbarrier.init(sync.index(1), count=1)
-        mbarrier.init(sync.index(2), count=1)
+            if i < 3:
+                mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
+        for i in gl.static_range(STAGES, 3):  # fewer than three stages
+            mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
         # (the argument tuples are written out: a tuple held in a variable loses its constexprs)
         gl.warp_specialize(
             [

@@ -149,7 +149,7 @@ def traced_source(src: str) -> str:
     # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
     src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
     # where the prologue goes (v24): the barriers' init done, the loader partition's start, consumer 0's start
-    src = _sub(src, r"^( +)mbarrier\.init\(sync\.index\(2\), count=1\)\n", r"\g<0>\1_trace_program(trace_ptr, 0, 1)\n")
+    src = _sub(src, r"^( +)# \(the argument tuples are written out", r"\1_trace_program(trace_ptr, 0, 1)\n\g<0>")
     src = _sub(src, r"^( +)_loader\(go_a, w_b, go_t, x_b, a_ring,", r"\1_trace_program(trace_ptr, 0, 2)\n\g<0>")
     src = _sub(src, r"^( +)_consumer_part\(0, ga_out,", r"\1_trace_program(trace_ptr, 0, 3)\n\g<0>")
     # the end of the epilogue: cooperative after its TMA stores are issued (the program's tile nt - 1) ...

@@ -152,8 +152,7 @@ def loads_only_kernel(
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-        mbarrier.arrive(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)  # starts empty: the loader's first wait is for parity 1
     gl.warp_specialize(
         [
             (_release, (ready, empty, stamps_ptr, M, n_ga_m, P_GA, hold_ns, GA_FIRST, HID, GA_BN, GW_BM, GW_BN, BK,

@@ -75,8 +75,6 @@ class Ring:
         self.total = sum(tiles)
         self.ready = [MBarrier(1) for _ in range(stages)]
         self.empty = [MBarrier(2) for _ in range(stages)]
-        for bar in self.empty:  # every stage starts empty (phase 0 completed), as _gluon_body arrives
-            bar.arrive(2)
         self.sync0 = MBarrier(2)  # the warpgroups' rendezvous before the epilogue
         self.tag: list[int | None] = [None] * stages  # the fill whose data a stage holds (None: being loaded)
         self.fills: list[tuple[int, int]] = []  # TMA loads in flight: (use, stage)
@@ -99,7 +97,8 @@ class Ring:
     def loader(self) -> Proc:
         for i in range(self.total):
             s = i % self.S
-            yield lambda s=s, i=i: self.empty[s].passed((i // self.S) & 1)
+            # every stage starts empty: the first wait is for parity 1, which a fresh barrier has passed (v24)
+            yield lambda s=s, i=i: self.empty[s].passed(((i // self.S) & 1) ^ 1)
             for w in (0, 1):
                 if s in self.holding[w] or s in self.mma[w]:
                     raise ProtocolError(f"overwrite: load of use {i} into stage {s} held by warpgroup {w}")
