@@ -24,7 +24,9 @@ v20 (``hold_release``, off in the table): the cooperative held stage goes back t
 in the next tile, once its TMA stores have surely read it (tests/kernel/test_ring_model.py models the ring).
 v21: 128x256 tiles (3 stages) at M = 4096-8192. v22 (``halves``, off in the table): those tiles as two 128-column
 accumulators a warpgroup, the epilogue in two passes through half the buffer, so a 4th stage fits. v23
-(``l2_prefetch``, ``gw_first``, off in the table): L2 prefetches and the grad_weight tiles first.
+(``l2_prefetch``, ``gw_first``, off in the table): L2 prefetches and the grad_weight tiles first. v24: the ring's
+stages start empty by parity (no arrivals at init, 5 warpgroup barriers before the partitions start instead of 14);
+``k_rotate`` and ``bk`` 32 (off in the table): the K-steps from a per-program offset, K-steps of 32.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
