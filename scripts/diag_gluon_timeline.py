@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--variants", default="coop,pp7,hyb7", help=f"of {', '.join(VARIANTS)}")
     ap.add_argument("--kinds", default="ga,gw", help="ga, gw (each alone, the other zeroed), both (the real plan)")
     ap.add_argument("--reps", type=int, default=5, help="traced launches per (M, variant, kind)")
+    ap.add_argument("--warm", action="store_true", help="no L2 flush before the launches (default: flushed)")
     ap.add_argument("--save", help="write the tile records here (torch.save; its 'fields' name the columns)")
     ap.add_argument("--compile-only", nargs="*", type=int, metavar="M", help="compile for sm_90 here, no GPU")
     return ap.parse_args(argv)
@@ -228,8 +229,11 @@ def check(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, device) -> str:
     return "ok" if res.ok else f"INCORRECT {res.reason}"
 
 
-def trace_runs(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, reps: int, device) -> list[torch.Tensor]:
-    """``reps`` traced launches (after one more), each behind an L2 flush and queued behind a sleep kernel."""
+def trace_runs(
+    tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, reps: int, device, warm: bool = False
+) -> list[torch.Tensor]:
+    """``reps`` traced launches (after one more), each behind an L2 flush (``warm``: none, the L2 as the launch
+    before left it: the same inputs, and the kernel's own code) and queued behind a sleep kernel."""
     go, x, w = make_inputs(b, s, device, generator=torch.Generator(device).manual_seed(0))
     ga = torch.empty(b, NUM_HEADS, s, HEAD_DIM, dtype=go.dtype, device=device)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=go.dtype, device=device)
@@ -238,7 +242,8 @@ def trace_runs(tm, b: int, s: int, cfg: gb.GluonConfig, plan: Plan, reps: int, d
     for r in range(reps + 1):
         trace = new_trace(plan, device)
         torch.cuda._sleep(3_000_000)  # the GPU is busy while the host enqueues the flush and the kernel
-        flush.fill_(r)
+        if not warm:
+            flush.fill_(r)
         launch(tm, go, x, w, ga, gw, cfg, plan, trace)
         _finish_or_exit(20.0, f"trace ({b},{s})")
         if r:
@@ -335,7 +340,7 @@ def timer_step(traces: list[torch.Tensor]) -> float:
     return float((stamps[1:] - stamps[:-1]).min()) if stamps.numel() > 1 else float("nan")
 
 
-def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, saved: dict) -> None:
+def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, saved: dict, warm: bool = False) -> None:
     """One variant at M: its check, then a table row per kind traced and kind of tile seen."""
     b, s = m // 128, 128
     cfg = variant(name, m, s)
@@ -350,7 +355,7 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
     print(f"| {name} | check | {real.kind} p_ga={real.p_ga} programs={real.programs} | {verdict} |", flush=True)
     for kind in kinds:
         plan = kind_plan(real, kind)
-        traces = trace_runs(tm, b, s, cfg, plan, reps, device)
+        traces = trace_runs(tm, b, s, cfg, plan, reps, device, warm)
         saved[f"{m}/{name}/{kind}"] = [compact(tr) for tr in traces]
         per = [summarise(t, m) for t in traces]
         expected = {0: plan.n_ga, 1: plan.n_gw}
@@ -379,12 +384,16 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
 def part_trace(tm, args: argparse.Namespace, device) -> None:
     saved: dict[str, list[torch.Tensor]] = {}
     for m in args.ms:
-        print(f"\n== M={m} ({m // 128},128): us, medians over {args.reps} launches of each launch's mean", flush=True)
+        l2 = "warm L2 (no flush)" if args.warm else "L2 flushed"
+        print(
+            f"\n== M={m} ({m // 128},128), {l2}: us, medians over {args.reps} launches of each launch's mean",
+            flush=True,
+        )
         head = "| variant | kind | plan | " + " | ".join(h for _, h in COLUMNS) + " | tiles seen | timer step |"
         print(head + "\n|" + "---|" * (head.count("|") - 1), flush=True)
         for name in args.variants.split(","):
             try:
-                trace_variant(tm, name, m, args.kinds.split(","), args.reps, device, saved)
+                trace_variant(tm, name, m, args.kinds.split(","), args.reps, device, saved, args.warm)
             except Exception as exc:  # one variant failing must not cost the others
                 print(f"| {name} | failed | {type(exc).__name__}: {str(exc)[:300]} |", flush=True)
         if args.save:  # after every M: a later hang or timeout keeps what was traced

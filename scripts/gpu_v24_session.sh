@@ -8,7 +8,9 @@
 # tiles beside 128x128 grad_attn ones at M = 512-2048 (3 stages, or 4 with the two-pass epilogue; logs v24b_*).
 # Run c: no sweep; the loader alone with its stages released as the real consumers release them after an emulated
 # MMA of 300 ns a step (scripts/diag_loads_only.py --hold-ns), 4, 6 and 7 stages, cold and warm (v24c_loads.log).
-# Usage: bash scripts/gpu_v24_session.sh [b|c]   (~450 s at most with the machine warm; logs under $OUT)
+# Run d (after v24c, the ring's barriers initialised without arrivals): bk 32 again beside the entries at
+# M = 512-2048, then the trace of both at M = 1024 with the L2 flushed and warm (logs v24d_*).
+# Usage: bash scripts/gpu_v24_session.sh [b|c|d]   (~450 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -26,6 +28,10 @@ if [ "${1:-}" = b ]; then
   ONLY="v18_512 gw256s3_512 gw256s4h_512 v18_1024 gw256s3_1024 gw256s4h_1024 v18_2048 gw256s3_2048 gw256s4h_2048"
   TIMED="4,128 1,512 8,128 1,1024 16,128 2,1024" TAG=v24b TRACED=coop,gw256s3,gw256s4h TRACE_MS="512 1024"
 fi
+if [ "${1:-}" = d ]; then
+  ONLY="v18_512 bk32_512 v18_1024 bk32_1024 v18_2048 bk32_2048" TIMED="4,128 8,128 1,1024 16,128" TAG=v24d
+  TRACED=coop,bk32 TRACE_MS=1024
+fi
 ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
 export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
@@ -39,3 +45,7 @@ fi
 export PYTHONPATH=$PWD  # the variants traced: each kind's loop per 64-deep step, first wait, epilogue, handoffs
 timeout 90 python3 scripts/diag_gluon_timeline.py --ms $TRACE_MS --variants $TRACED --kinds both --reps 10 \
   2>&1 | grep -v -i warn | tee "$OUT/${TAG}_trace.log" | tail -n 24
+if [ "${1:-}" = d ]; then  # the same with the L2 as the launch before left it: what the cold start owes to DRAM
+  timeout 60 python3 scripts/diag_gluon_timeline.py --ms $TRACE_MS --variants $TRACED --kinds both --reps 10 --warm \
+    2>&1 | grep -v -i warn | tee "$OUT/${TAG}_trace_warm.log" | tail -n 12
+fi
