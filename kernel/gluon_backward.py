@@ -117,6 +117,10 @@ class GluonConfig:
     # (0: from the start, as before), so that the programs' first pass over the inputs is not in lockstep (every
     # program reading the same K-step at once); the sums' order changes with the offset, still fixed run to run
     k_rotate: int = 0
+    # v24: the loader warp initialises each ring stage's two mbarriers as it first fills the stage (its first load
+    # leaves after two inits instead of after the whole ring's, ~0.03 us each), and the consumers wait for a boot
+    # barrier it arrives on once every stage is initialised; the default partition initialises only that one
+    lazy_init: bool = False
 
     def __post_init__(self) -> None:
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
@@ -290,11 +294,13 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
         L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6, KROT: gl.constexpr = 0,
+        boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
         share of every program's K-step PF_D steps ahead, after each step's loads; with KROT, each tile's K-steps
-        from the program's own offset, around)."""
+        from the program's own offset, around; with LAZY, each stage's mbarriers initialised here as it is first
+        filled, and ``boot`` arrived on once all are)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
         pid = gl.program_id(0)
@@ -329,6 +335,8 @@ if GLUON_IMPORTED:
                         if KROT > 0:
                             k = (k0 + ga_rot) % HID
                         s = it % STAGES
+                        if LAZY:
+                            _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
                         mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                         bar = ready.index(s)
                         mbarrier.expect(bar, ga_bytes)
@@ -358,6 +366,8 @@ if GLUON_IMPORTED:
                         if KROT > 0:
                             k = (k0 + gw_rot) % gw_k
                         s = it % STAGES
+                        if LAZY:
+                            _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
                         mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                         bar = ready.index(s)
                         mbarrier.expect(bar, gw_bytes)
@@ -374,6 +384,20 @@ if GLUON_IMPORTED:
                                 _l2_prefetch(pf_go + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
                                 _l2_prefetch(pf_x + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
                         it += 1
+        if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
+            for i in range(it, STAGES):
+                _lazy_init(ready, empty, boot, i, i, STAGES, CONSUMERS)
+
+    @gluon.jit
+    def _lazy_init(ready, empty, boot, s, it, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+        """LAZY: stage s's mbarriers initialised before its first fill (it < STAGES); after the last stage's, the
+        inits fenced for the TMA engine and ``boot`` arrived on, so the consumers touch no stage before it is."""
+        if it < STAGES:
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=CONSUMERS)
+            fence_async_shared()
+            if it == STAGES - 1:
+                mbarrier.arrive(boot, count=1)
 
     @gluon.jit
     def _mma_step(a, b, acc, acc_hi, QN: gl.constexpr, NSPLIT: gl.constexpr):
@@ -747,7 +771,9 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
+            mbarrier.wait(sync.index(3), 0)
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
                        PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
@@ -758,7 +784,9 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
+            mbarrier.wait(sync.index(3), 0)
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
                        PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
@@ -770,9 +798,11 @@ if GLUON_IMPORTED:
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
-                     PF_D: gl.constexpr, KROT: gl.constexpr):  # fmt: skip
+                     PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+        CONSUMERS: gl.constexpr = 1 if PINGPONG == 1 else 2
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-                GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
+                GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
+                CONSUMERS)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -787,6 +817,7 @@ if GLUON_IMPORTED:
         L2PF: gl.constexpr = 0,
         PF_D: gl.constexpr = 6,
         KROT: gl.constexpr = 0,
+        LAZY: gl.constexpr = False,
     ):  # fmt: skip
         """The launcher's entry: plain pointers (the replay's signature vocabulary, docs/replay.md, has no Gluon
         descriptor type), the TMA descriptors built on the device (global scratch from Triton's allocator)."""
@@ -800,7 +831,7 @@ if GLUON_IMPORTED:
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT)  # fmt: skip
+                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -816,13 +847,14 @@ if GLUON_IMPORTED:
         PF_D: gl.constexpr = 6,
         pf_go=None, pf_w=None, pf_x=None,
         KROT: gl.constexpr = 0,
+        LAZY: gl.constexpr = False,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
         pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
+                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -833,6 +865,7 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
+        LAZY: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -864,31 +897,39 @@ if GLUON_IMPORTED:
         CONSUMERS: gl.constexpr = 1 if PINGPONG == 1 else 2  # arrivals that release a stage
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns
-        sync = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
+        # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns; [3] (LAZY):
+        # the loader's word that every stage's mbarriers are initialised
+        SYNCS: gl.constexpr = 4 if LAZY else 3
+        sync = gl.allocate_shared_memory(gl.int64, [SYNCS, 1], mbarrier.MBarrierLayout())
         # Every stage starts empty: the loader's first wait on a stage is for parity 1, the phase before a fresh
         # mbarrier's first, which counts as completed (v24: no arrivals here). The allocations' inits interleave:
         # Triton puts a warpgroup barrier between two writes to one allocation, so one barrier a stage (v23: two).
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=CONSUMERS)
-            if i < 3:
+        if LAZY:  # the loader initialises the ring's (_lazy_init); here the boot barrier and the ones in use
+            mbarrier.init(sync.index(3), count=1)
+            if EPI_HOLD or PINGPONG > 0:
+                for i in gl.static_range(3):
+                    mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
+        else:
+            for i in gl.static_range(STAGES):
+                mbarrier.init(ready.index(i), count=1)
+                mbarrier.init(empty.index(i), count=CONSUMERS)
+                if i < 3:
+                    mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
+            for i in gl.static_range(STAGES, 3):  # fewer than three stages
                 mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
-        for i in gl.static_range(STAGES, 3):  # fewer than three stages
-            mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
         # (the argument tuples are written out: a tuple held in a variable loses its constexprs)
         gl.warp_specialize(
             [
                 (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY)),
                 (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT)),
+                                PF_D, KROT, LAZY)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -948,6 +989,8 @@ def launch_arguments(
             constexprs.update(pf_go=go2, pf_w=w2, pf_x=x2)
     if cfg.k_rotate:
         constexprs["KROT"] = cfg.k_rotate
+    if cfg.lazy_init:
+        constexprs["LAZY"] = True
     return args, constexprs
 
 

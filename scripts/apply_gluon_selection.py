@@ -16,9 +16,11 @@ from pathlib import Path
 
 DEFAULTS = {"stages": 3, "group": 4, "loader_regs": 40, "bk": 64, "schedule": "auto", "host_desc": False}
 DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_depth": 1, "hold_release": 1})
-DEFAULTS.update({"halves": False, "l2_prefetch": 0, "pf_distance": 6, "gw_first": False, "k_rotate": 0})
+DEFAULTS.update(
+    {"halves": False, "l2_prefetch": 0, "pf_distance": 6, "gw_first": False, "k_rotate": 0, "lazy_init": False}
+)
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
-ORDER += ("pp_depth", "hold_release", "halves", "l2_prefetch", "pf_distance", "gw_first", "k_rotate")
+ORDER += ("pp_depth", "hold_release", "halves", "l2_prefetch", "pf_distance", "gw_first", "k_rotate", "lazy_init")
 
 
 def entry_line(bucket: int, cfg: dict) -> str:

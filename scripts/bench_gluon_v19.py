@@ -153,6 +153,13 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (512, 1024, 2048):
         out[f"gw256s3_{m}"] = (m, replace(base[m], gw_bn=256, stages=3))
         out[f"gw256s4h_{m}"] = (m, replace(base[m], gw_bn=256, stages=4, halves=True))
+    # v24, run e: each ring stage's mbarriers initialised by the loader as it first fills the stage (the first load
+    # leaves ~0.3 us earlier: item 25's trace has 0.45 us of inits before the partitions start), on every entry
+    out["pp7lz_256"] = (256, replace(base[256], pingpong=True, stages=7, lazy_init=True))
+    for m in (512, 1024, 2048):
+        out[f"lz_{m}"] = (m, replace(base[m], lazy_init=True))
+    for m in (4096, 8192):
+        out[f"w256s3lz_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, lazy_init=True))
     return out
 
 

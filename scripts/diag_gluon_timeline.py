@@ -54,6 +54,7 @@ VARIANTS: dict[str, dict] = {
     "bk32": {"bk": 32, "stages": 12},  # v24: K-steps of 32 (16 KB a stage), twice the stages in the same bytes
     "gw256s3": {"gw_bn": 256, "stages": 3},  # v24 run b: 128x256 grad_weight tiles only (half the tiles)
     "gw256s4h": {"gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, the epilogue in two passes
+    "lazy": {"lazy_init": True},  # v24: the loader initialises each stage's mbarriers as it first fills it
 }
 
 

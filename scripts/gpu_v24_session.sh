@@ -10,7 +10,9 @@
 # MMA of 300 ns a step (scripts/diag_loads_only.py --hold-ns), 4, 6 and 7 stages, cold and warm (v24c_loads.log).
 # Run d (after v24c, the ring's barriers initialised without arrivals): bk 32 again beside the entries at
 # M = 512-2048, then the trace of both at M = 1024 with the L2 flushed and warm (logs v24d_*).
-# Usage: bash scripts/gpu_v24_session.sh [b|c|d]   (~450 s at most with the machine warm; logs under $OUT)
+# Run e: the loader initialises each stage's mbarriers as it first fills it (lazy_init) on every bucket's entry,
+# selected at a 0.5 % margin (a change of the start-up only), then the trace of both at M = 256 / 1024 (v24e2_*).
+# Usage: bash scripts/gpu_v24_session.sh [b|c|d|e]   (~450 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -32,8 +34,13 @@ if [ "${1:-}" = d ]; then
   ONLY="v18_512 bk32_512 v18_1024 bk32_1024 v18_2048 bk32_2048" TIMED="4,128 8,128 1,1024 16,128" TAG=v24d
   TRACED=coop,bk32 TRACE_MS=1024
 fi
+MARGIN=0.015
+if [ "${1:-}" = e ]; then
+  ONLY="pp7_256 pp7lz_256 v18_512 lz_512 v18_1024 lz_1024 v18_2048 lz_2048 w256s3_4096 w256s3lz_4096 w256s3_8192"
+  ONLY="$ONLY w256s3lz_8192" TAG=v24e2 TRACED=coop,lazy TRACE_MS="256 1024" MARGIN=0.005
+fi
 ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
-export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
+export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED --margin $MARGIN" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
 OUT=${OUT:-/tmp/out}
 if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); from bench_gluon_v19 import baseline
