@@ -161,10 +161,10 @@ class GluonConfig:
 # epilogue buffers) 0.96x the tile-language kernel, which those buckets used before. The entries are written by
 # scripts/apply_gluon_selection.py from the sweep's selection file, the same text on the GPU copy and here.
 GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
-    256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True), True),
-    512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
-    1024: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
-    2048: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True), True),
+    256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, lazy_init=True), True),
+    512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True), True),
+    1024: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True), True),
+    2048: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True), True),
     4096: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
     8192: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
 }

@@ -13,7 +13,10 @@ next step once its barrier lets it, a load's or a store's completion). A run fai
   MMA in flight) or a TMA store still reads, or a warpgroup writes its epilogue into a stage the other's MMA reads;
 - an mbarrier **over-arrival** (more arrivals than the phase has pending: undefined on the hardware);
 - a release count other than exactly once for every use of the ring but the program's last (the stage of the last
-  tile's epilogue is never handed back: the loader has nothing left to load; the kernel ends after its stores).
+  tile's epilogue is never handed back: the loader has nothing left to load; the kernel ends after its stores);
+- with ``init="lazy"`` (v24, ``GluonConfig.lazy_init``: the loader initialises each stage's mbarriers as it first
+  fills the stage and arrives on a boot barrier once all are, the consumers wait for it first), a consumer **touching
+  a stage's mbarrier before its init**.
 
 The kernel's schedule as written (``release="kernel"``) must pass for ``hold_release`` 1..min(3, stages - 1); the
 broken variants (never released, released twice, released before the stores have read it, ``hold_release`` =
@@ -70,8 +73,15 @@ ALWAYS: Cond = lambda: True
 class Ring:
     """One program: the loader, two consumer warpgroups, the ring's barriers and the asynchronous TMA traffic."""
 
-    def __init__(self, tiles: list[int], stages: int, hold_release: int, release: str = "kernel") -> None:
-        self.tiles, self.S, self.R, self.release = tiles, stages, hold_release, release
+    def __init__(
+        self, tiles: list[int], stages: int, hold_release: int, release: str = "kernel", init: str = "eager"
+    ) -> None:
+        self.tiles, self.S, self.R, self.release, self.init = tiles, stages, hold_release, release, init
+        # eager: every stage's mbarriers initialised before the partitions start; lazy: by the loader at a stage's
+        # first fill, the boot barrier after the last (or after the loop: a program of fewer steps than stages);
+        # broken: lazy_early_boot (boot after the first stage's init), lazy_no_tail (no inits after the loop)
+        self.inited: set[int] = set(range(stages)) if init == "eager" else set()
+        self.boot = init == "eager"
         self.total = sum(tiles)
         self.ready = [MBarrier(1) for _ in range(stages)]
         self.empty = [MBarrier(2) for _ in range(stages)]
@@ -85,8 +95,13 @@ class Ring:
         self.last_use = self.total - 1
 
     # -------------------------------------------------------------------------------------------- actions
+    def _touch(self, w: int, s: int) -> None:
+        if s not in self.inited:
+            raise ProtocolError(f"warpgroup {w} touches stage {s}'s mbarriers before their init")
+
     def _release(self, w: int, use: int) -> None:
         s = use % self.S
+        self._touch(w, s)
         if s in self.mma[w]:
             raise ProtocolError(f"warpgroup {w} releases stage {s} (use {use}) with its MMA in flight")
         if self.holding[w].get(s) == use:
@@ -94,9 +109,17 @@ class Ring:
         self.released[w][use] = self.released[w].get(use, 0) + 1
         self.empty[s].arrive(1)
 
+    def _lazy_init(self, s: int, i: int) -> None:
+        self.inited.add(s)
+        if i == self.S - 1 or (self.init == "lazy_early_boot" and i == 0):
+            self.boot = True
+
     def loader(self) -> Proc:
         for i in range(self.total):
             s = i % self.S
+            if self.init != "eager" and i < self.S:  # _lazy_init before the stage's first fill, an action of its own
+                yield ALWAYS
+                self._lazy_init(s, i)
             # every stage starts empty: the first wait is for parity 1, which a fresh barrier has passed (v24)
             yield lambda s=s, i=i: self.empty[s].passed(((i // self.S) & 1) ^ 1)
             for w in (0, 1):
@@ -108,6 +131,9 @@ class Ring:
                 raise ProtocolError(f"overwrite: two loads in flight into stage {s}")
             self.tag[s] = None
             self.fills.append((i, s))
+        if self.init == "lazy":  # a program of fewer steps than stages: the rest initialised, the boot barrier
+            for i in range(self.total, self.S):
+                self._lazy_init(i, i)
 
     def _releases_held_now(self, j: int, n: int) -> list[int]:
         """How many times (0, 1 or 2) the held stage is released after step j of a tile of n steps."""
@@ -120,9 +146,11 @@ class Ring:
 
     def consumer(self, w: int) -> Proc:
         it, held, nt = 0, -1, 0
+        yield lambda: self.boot  # lazy: the boot barrier before any stage's (eager: already passed)
         for n in self.tiles:
             for j in range(n):
                 i, s = it, it % self.S
+                self._touch(w, s)
                 yield lambda s=s, i=i: self.ready[s].passed((i // self.S) & 1)
                 if self.tag[s] != i:
                     raise ProtocolError(f"stale read: warpgroup {w} reads use {i} in stage {s}, holding {self.tag[s]}")
@@ -194,7 +222,9 @@ def random_tiles(rng: random.Random) -> list[int]:
     return [rng.choice([1, 2, 3, rng.randint(1, 32)]) for _ in range(rng.randint(1, 6))]
 
 
-def sweep(runs: int, release: str, hold_releases: tuple[int, ...], seed: int, stages_of=None) -> tuple[int, list[str]]:
+def sweep(
+    runs: int, release: str, hold_releases: tuple[int, ...], seed: int, stages_of=None, init: str = "eager"
+) -> tuple[int, list[str]]:
     """``runs`` random programs per hold_release; returns (runs done, the failures' messages)."""
     rng = random.Random(seed)
     failures: list[str] = []
@@ -204,7 +234,7 @@ def sweep(runs: int, release: str, hold_releases: tuple[int, ...], seed: int, st
             stages = stages_of(r, rng) if stages_of else rng.randint(max(2, r + 1), 7)
             tiles = random_tiles(rng)
             try:
-                Ring(tiles, stages, r, release).run(rng)
+                Ring(tiles, stages, r, release, init).run(rng)
             except ProtocolError as e:
                 failures.append(f"R={r} stages={stages} tiles={tiles}: {e}")
             done += 1
@@ -272,6 +302,26 @@ def test_broken_variants_fail(release: str, hold_release: int) -> None:
         assert any("TMA store still reads" in f for f in failures), failures[:3]
 
 
+@pytest.mark.parametrize("hold_release", [1, 2, 3])
+def test_lazy_init_is_safe(hold_release: int) -> None:
+    """v24's lazy init (the loader initialises each stage's mbarriers at its first fill, the consumers wait for the
+    boot barrier it arrives on after the last, or after its loop when the program has fewer steps than stages): no
+    consumer touches an uninitialised mbarrier, no deadlock, and everything else as with the eager init."""
+    done, failures = sweep(400, "kernel", (hold_release,), seed=100 + hold_release, init="lazy")
+    assert not failures, f"{len(failures)} of {done}: {failures[:3]}"
+
+
+@pytest.mark.parametrize("init", ["lazy_early_boot", "lazy_no_tail"])
+def test_broken_lazy_inits_fail(init: str) -> None:
+    """The model can fail the lazy init: a boot barrier arrived on after the first stage's init only (a consumer
+    reaches a later stage's mbarriers before their init), or no inits after the loop (a program of fewer steps than
+    stages never boots its consumers: deadlock)."""
+    done, failures = sweep(300, "kernel", (1, 2), seed=21, init=init)
+    assert failures, f"{init}: {done} runs, none failed"
+    want = "before their init" if init == "lazy_early_boot" else "deadlock"
+    assert any(want in f for f in failures), failures[:3]
+
+
 def test_config_bounds_hold_release() -> None:
     """GluonConfig refuses what the model shows deadlocks (hold_release >= stages) and what would not apply
     (hold_release > 1 without a cooperative held stage)."""
@@ -304,6 +354,11 @@ def main() -> None:
     print(f"kernel release, hold_release = stages - 1 (2..6): {d} runs, {len(f)} failures {f[:3]}")
     d, f = sweep(max(per // 10, 100), "kernel", (2, 3), seed=5, stages_of=lambda r, rng: r)
     print(f"broken hold_release = stages: {d} runs, {len(f)} failed; first: {f[:1]}")
+    d, f = sweep(per, "kernel", (1, 2, 3), seed=2027, init="lazy")
+    print(f"lazy init (v24), hold_release 1..3: {d} runs, {len(f)} failures {f[:3]}")
+    for init in ("lazy_early_boot", "lazy_no_tail"):
+        d, f = sweep(max(per // 10, 100), "kernel", (1, 2), seed=5, init=init)
+        print(f"broken {init}: {d} runs, {len(f)} failed; first: {f[:1]}")
 
 
 if __name__ == "__main__":
