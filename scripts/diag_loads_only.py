@@ -63,12 +63,15 @@ def _now():
 
 @gluon.jit
 def _release(
-    ready, empty, stamps_ptr, M, n_ga_m, P_GA, hold_ns,
+    ready, empty, boot, stamps_ptr, M, n_ga_m, P_GA, hold_ns,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-    BK: gl.constexpr, STAGES: gl.constexpr, HOLD: gl.constexpr,
+    BK: gl.constexpr, STAGES: gl.constexpr, HOLD: gl.constexpr, LAZY: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup: every stage released as soon as its loads land or (HOLD) as the real consumers release it
-    with an MMA of ``hold_ns`` a step; the program's stamps and step counts."""
+    with an MMA of ``hold_ns`` a step; the program's stamps and step counts. With LAZY (the table's loader
+    initialises the ring's mbarriers), it waits for the loader's boot barrier first, as the consumers do."""
+    if LAZY:
+        mbarrier.wait(boot, 0)
     ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = gb._program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
     ga_tiles = gl.cdiv(gl.maximum(n_ga - ga_lo, 0), ga_step)
     gw_tiles = gl.cdiv(gl.maximum(n_gw - gw_lo, 0), gw_step)
@@ -122,13 +125,13 @@ def _release(
 
 @gluon.jit
 def _load(
-    go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA,
+    go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, M, n_ga_m, P_GA,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
     GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, L2PF: gl.constexpr,
-    pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
+    pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr,
 ):  # fmt: skip
     gb._loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)  # fmt: skip
+               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, boot, LAZY, 1)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
@@ -139,7 +142,8 @@ def loads_only_kernel(
     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
     EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
     HOLD_REL: gl.constexpr = 1, NSPLIT: gl.constexpr = 1, L2PF: gl.constexpr = 0, PF_D: gl.constexpr = 6,
-    pf_go=None, pf_w=None, pf_x=None, KROT: gl.constexpr = 0, HOLD: gl.constexpr = False,
+    pf_go=None, pf_w=None, pf_x=None, KROT: gl.constexpr = 0, LAZY: gl.constexpr = False,
+    HOLD: gl.constexpr = False,
 ):  # fmt: skip
     """The host-descriptor entry's arguments (``launch_arguments``), the stamps and the emulated MMA's ns after them;
     the consumers' switches (EPI_HOLD ... NSPLIT) are accepted and unused: nothing computes."""
@@ -150,15 +154,19 @@ def loads_only_kernel(
     b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, B_COLS], x_b.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)  # starts empty: the loader's first wait is for parity 1
+    boot = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    if LAZY:  # the table's loader initialises the ring's mbarriers itself, then arrives here
+        mbarrier.init(boot.index(0), count=1)
+    else:
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)  # starts empty: the loader's first wait is for parity 1
     gl.warp_specialize(
         [
-            (_release, (ready, empty, stamps_ptr, M, n_ga_m, P_GA, hold_ns, GA_FIRST, HID, GA_BN, GW_BM, GW_BN, BK,
-                        STAGES, HOLD)),
-            (_load, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-                     GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT)),
+            (_release, (ready, empty, boot.index(0), stamps_ptr, M, n_ga_m, P_GA, hold_ns, GA_FIRST, HID, GA_BN,
+                        GW_BM, GW_BN, BK, STAGES, HOLD, LAZY)),
+            (_load, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot.index(0), M, n_ga_m, P_GA, GA_FIRST,
+                     HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY)),
         ],
         [1],
         [LOADER_REGS],
