@@ -107,7 +107,10 @@ class GluonConfig:
     # order (a grad_attn K-step reads grad_output's column slices, one 128-byte line of every 4 KB row); 4 each
     # grad_attn tile's grad_output rows (one contiguous span) asked by the loader as the tile starts; 8 (run c) the
     # K-step ``pf_distance`` steps ahead of the loader's, during each program's first tile, each program asking for its
-    # share of what every program's first tile reads at that step (each byte asked once)
+    # share of what every program's first tile reads at that step (each byte asked once); 16 (v24 run f) where a
+    # program runs both kinds (the shared plan): at the first tile's K-step ``pf_distance``, the program's share of
+    # the second kind's other input, whole (reshaped when grad_attn goes first, weight otherwise), so that the
+    # switch of kind and the second kind's tiles find it in L2
     l2_prefetch: int = 0
     pf_distance: int = 6
     # v23: the shared schedule with the grad_weight tiles first (their K-steps read whole rows of grad_output and
@@ -127,8 +130,8 @@ class GluonConfig:
             raise ValueError(f"bk {self.bk}: 64, or 32 with host descriptors, cooperative, no held stage")
         if self.k_rotate < 0:
             raise ValueError(f"k_rotate {self.k_rotate}: >= 0")
-        if self.l2_prefetch not in range(16) or self.pf_distance < 1:
-            raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8 (0-15); pf_distance >= 1")
+        if self.l2_prefetch not in range(32) or self.pf_distance < 1:
+            raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8, 16 (0-31); pf_distance >= 1")
         if self.halves and (
             self.epi_hold or self.pingpong or self.ga_bm != 128 or self.gw_bn != 256 or self.ga_bn not in (128, 256)
         ):
@@ -352,6 +355,9 @@ if GLUON_IMPORTED:
                             if ahead and kf < HID:
                                 _l2_prefetch(pf_w + kf * HID, BK * (HID * 2), ga_part, ga_parts, 1)
                                 _l2_prefetch_lines(pf_go + kf, M, HID, ga_part, ga_parts, 1)
+                        if L2PF & 16:  # reshaped, whole, for the grad_weight tiles that follow
+                            if ahead and P_GA == 0 and k0 == PF_D * BK:
+                                _l2_prefetch(pf_x, M * (HID * 2), pid, nprog, 1)
                         it += 1
             else:
                 for t in range(gw_lo, n_gw, gw_step):
@@ -377,6 +383,9 @@ if GLUON_IMPORTED:
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
                         for j in gl.static_range(GW_BN // 64):
                             tma.async_copy_global_to_shared(x_b, [k, off_i + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        if L2PF & 16:  # weight, whole, for the grad_attn tiles that follow
+                            if ahead and P_GA == 0 and k0 == PF_D * BK:
+                                _l2_prefetch(pf_w, HID * (HID * 2), pid, nprog, 1)
                         if L2PF & 8:
                             kf = k + PF_D * BK  # the rows kf.. of grad_output and of reshaped (contiguous)
                             if ahead and kf < M:

@@ -160,15 +160,21 @@ def variants() -> dict[str, tuple[int, object]]:
         out[f"lz_{m}"] = (m, replace(base[m], lazy_init=True))
     for m in (4096, 8192):
         out[f"w256s3lz_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, lazy_init=True))
+    # v24, run f: on the table's entries (lazy_init), reshaped asked of L2 whole during the first grad_attn tile's
+    # K-step d (l2_prefetch 16), so that the switch to grad_weight tiles and those tiles find it there
+    for m in (1024, 2048):
+        for d in (2, 8):
+            out[f"lzpfx{d}_{m}"] = (m, replace(base[m], lazy_init=True, l2_prefetch=16, pf_distance=d))
     return out
 
 
 def baseline(bucket: int) -> str:
     """The variant a bucket's candidates are measured against (timed twice), the table's entry: ping-pong with 7
-    stages at M <= 256 (v19), v18's 128x128 entries at 512-2048, v21's 128x256 ones above."""
+    stages at M <= 256 (v19), v18's 128x128 entries at 512-2048, both with the loader's lazy init (v24), v21's
+    128x256 ones above."""
     if bucket <= 256:
-        return f"pp7_{bucket}"
-    return f"v18_{bucket}" if bucket <= 2048 else f"w256s3_{bucket}"
+        return f"pp7lz_{bucket}"
+    return f"lz_{bucket}" if bucket <= 2048 else f"w256s3_{bucket}"
 
 
 def applies(bucket: int, cfg, b: int, s: int) -> bool:

@@ -55,6 +55,7 @@ VARIANTS: dict[str, dict] = {
     "gw256s3": {"gw_bn": 256, "stages": 3},  # v24 run b: 128x256 grad_weight tiles only (half the tiles)
     "gw256s4h": {"gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, the epilogue in two passes
     "lazy": {"lazy_init": True},  # v24: the loader initialises each stage's mbarriers as it first fills it
+    "pfx8": {"l2_prefetch": 16, "pf_distance": 8},  # v24 run f: the second kind's other input asked of L2 whole
 }
 
 

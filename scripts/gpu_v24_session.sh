@@ -12,7 +12,9 @@
 # M = 512-2048, then the trace of both at M = 1024 with the L2 flushed and warm (logs v24d_*).
 # Run e: the loader initialises each stage's mbarriers as it first fills it (lazy_init) on every bucket's entry,
 # selected at a 0.5 % margin (a change of the start-up only), then the trace of both at M = 256 / 1024 (v24e2_*).
-# Usage: bash scripts/gpu_v24_session.sh [b|c|d|e]   (~450 s at most with the machine warm; logs under $OUT)
+# Run f: on the lazy-init entries, reshaped asked of L2 whole during the first grad_attn tile (l2_prefetch 16, at
+# K-step 2 or 8) at M = 1024 / 2048, selected at 0.5 %, then the trace at M = 1024 (v24f_*).
+# Usage: bash scripts/gpu_v24_session.sh [b|c|d|e|f]   (~450 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -38,6 +40,10 @@ MARGIN=0.015
 if [ "${1:-}" = e ]; then
   ONLY="pp7_256 pp7lz_256 v18_512 lz_512 v18_1024 lz_1024 v18_2048 lz_2048 w256s3_4096 w256s3lz_4096 w256s3_8192"
   ONLY="$ONLY w256s3lz_8192" TAG=v24e2 TRACED=coop,lazy TRACE_MS="256 1024" MARGIN=0.005
+fi
+if [ "${1:-}" = f ]; then
+  ONLY="lz_1024 lzpfx2_1024 lzpfx8_1024 lz_2048 lzpfx2_2048 lzpfx8_2048" TIMED="8,128 1,1024 16,128 2,1024"
+  TAG=v24f TRACED=coop,pfx8 TRACE_MS=1024 MARGIN=0.005
 fi
 ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
 export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED --margin $MARGIN" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100

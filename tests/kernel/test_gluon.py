@@ -156,10 +156,10 @@ def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypat
 
 
 def test_l2_prefetch_switches_are_checked() -> None:
-    """``l2_prefetch`` (v23) is a set of bit flags (1, 2, 4, 8) and ``pf_distance`` a number of K-steps ahead: any
-    other value is refused, not silently compiled into something else."""
-    assert gb.GluonConfig(128, 128, 128, 128, l2_prefetch=15, pf_distance=1).l2_prefetch == 15
-    for bad in ({"l2_prefetch": 16}, {"l2_prefetch": -1}, {"l2_prefetch": 8, "pf_distance": 0}):
+    """``l2_prefetch`` (v23, v24) is a set of bit flags (1, 2, 4, 8, 16) and ``pf_distance`` a number of K-steps
+    ahead: any other value is refused, not silently compiled into something else."""
+    assert gb.GluonConfig(128, 128, 128, 128, l2_prefetch=31, pf_distance=1).l2_prefetch == 31
+    for bad in ({"l2_prefetch": 32}, {"l2_prefetch": -1}, {"l2_prefetch": 8, "pf_distance": 0}):
         with pytest.raises(ValueError, match="l2_prefetch"):
             gb.GluonConfig(128, 128, 128, 128, **bad)
 
@@ -254,8 +254,9 @@ def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_m
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """scripts/bench_gluon_v19.py --select: per bucket the fastest correct variant over the bucket's timed shapes if
-    it beats the bucket's baseline (v18 at M <= 2048, the 128x256 w256s3 above: the table's entries) by the margin
-    (against the faster of the baseline's two timings), else the baseline; written into GLUON_TABLE as is."""
+    it beats the bucket's baseline (the table's entries: ping-pong at M <= 256, the cooperative 128x128 kernel at
+    512-2048, both with the lazy init, the 128x256 w256s3 above) by the margin (against the faster of the baseline's
+    two timings), else the baseline; written into GLUON_TABLE as is."""
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     import apply_gluon_selection
     import bench_gluon_v19 as sweep
@@ -264,16 +265,16 @@ def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_m
     rows = {
         (2, 4096): {"cublas": 184.9, "w256s3_8192": 176.0, "w256s3_8192_again": 175.5, "w256s4h_8192": 171.0},
         (4, 1024): {"cublas": 95.0, "w256s3_4096": 91.9, "w256s3_4096_again": 92.0, "w256s4h_4096": 91.0},
-        (8, 128): {"cublas": 29.0, "v18_1024": 25.6, "v18_1024_again": 25.7, "w256s4h_1024": 25.0},
-        (1, 256): {"cublas": 16.0, "v18_256": 12.4, "pp7_256": 11.4, "pp7_256_again": 11.3, "pp7pf1_256": 11.0},
+        (8, 128): {"cublas": 29.0, "lz_1024": 25.6, "lz_1024_again": 25.7, "v18_1024": 25.4, "w256s4h_1024": 25.0},
+        (1, 256): {"cublas": 16.0, "v18_256": 12.4, "pp7lz_256": 11.4, "pp7lz_256_again": 11.3, "pp7pf1_256": 11.0},
     }
-    names = ("w256s3_8192", "w256s4h_8192", "w256s3_4096", "w256s4h_4096", "v18_1024", "w256s4h_1024")
-    names += ("v18_256", "pp7_256", "pp7pf1_256")
+    names = ("w256s3_8192", "w256s4h_8192", "w256s3_4096", "w256s4h_4096", "lz_1024", "v18_1024", "w256s4h_1024")
+    names += ("v18_256", "pp7lz_256", "pp7pf1_256")
     sel = sweep.select(rows, {n: allv[n] for n in names}, margin=0.015)
     assert {b: e["name"] for b, e in sel.items()} == {
         "8192": "w256s4h_8192",  # 171.0 against the faster baseline timing 175.5: 2.6 % faster
         "4096": "w256s3_4096",  # 1.0 % faster: within the margin, the baseline stays
-        "1024": "w256s4h_1024",  # 2.3 % faster than v18
+        "1024": "w256s4h_1024",  # 2.3 % faster than the entry (v18 with the lazy init)
         "256": "pp7pf1_256",  # 2.7 % faster than the table's ping-pong entry (v18 is no baseline there)
     }
     text = (PROJECT / "kernel/gluon_backward.py").read_text()
