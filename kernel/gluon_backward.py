@@ -201,6 +201,11 @@ if GLUON_IMPORTED:
         """Accumulator layout of one warpgroup (4 warps) owning a bm x bn block (bm a multiple of 64)."""
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, bn, 16])
 
+    @gluon.constexpr_function
+    def _consumers(pingpong: int) -> int:
+        """Arrivals that release a stage: one warpgroup in ping-pong proper (PINGPONG 1), both otherwise."""
+        return 1 if pingpong == 1 else 2
+
     @gluon.jit
     def _bulk_prefetch(ptrs, sizes):
         """Each thread asks L2 for ``sizes`` bytes (a multiple of 16; 0: nothing) from its pointer in ``ptrs``: one
@@ -337,12 +342,7 @@ if GLUON_IMPORTED:
                         k = k0
                         if KROT > 0:
                             k = (k0 + ga_rot) % HID
-                        s = it % STAGES
-                        if LAZY:
-                            _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
-                        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-                        bar = ready.index(s)
-                        mbarrier.expect(bar, ga_bytes)
+                        s, bar = _next_stage(ready, empty, boot, it, ga_bytes, STAGES, LAZY, CONSUMERS)
                         # grad_attn blocks are smaller: a view of the start of stage s (each stage keeps its
                         # bytes whatever kind of tile used it last, so the shared schedule's switch is safe)
                         a_s = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], go_a.layout)
@@ -371,12 +371,7 @@ if GLUON_IMPORTED:
                         k = k0
                         if KROT > 0:
                             k = (k0 + gw_rot) % gw_k
-                        s = it % STAGES
-                        if LAZY:
-                            _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
-                        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-                        bar = ready.index(s)
-                        mbarrier.expect(bar, gw_bytes)
+                        s, bar = _next_stage(ready, empty, boot, it, gw_bytes, STAGES, LAZY, CONSUMERS)
                         As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
                         for j in gl.static_range(GW_BM // 64):
                             tma.async_copy_global_to_shared(go_t, [k, off_o + j * 64], bar, As.slice(j * 64, 64, dim=1))
@@ -396,6 +391,22 @@ if GLUON_IMPORTED:
         if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
             for i in range(it, STAGES):
                 _lazy_init(ready, empty, boot, i, i, STAGES, CONSUMERS)
+
+    @gluon.jit
+    def _next_stage(
+        ready, empty, boot, it, n_bytes: gl.constexpr, STAGES: gl.constexpr, LAZY: gl.constexpr,
+        CONSUMERS: gl.constexpr,
+    ):  # fmt: skip
+        """The loader's fill ``it``: its stage once the consumers have released it (every stage starts empty: the
+        first wait is for parity 1, which a fresh mbarrier has passed), initialised first with LAZY, its ready
+        barrier expecting ``n_bytes``. Returns (stage, ready barrier)."""
+        s = it % STAGES
+        if LAZY:
+            _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
+        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, n_bytes)
+        return s, bar
 
     @gluon.jit
     def _lazy_init(ready, empty, boot, s, it, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
@@ -756,7 +767,9 @@ if GLUON_IMPORTED:
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                        PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                       NSPLIT: gl.constexpr):  # fmt: skip
+                       NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
+            mbarrier.wait(sync.index(3), 0)
         if PINGPONG == 1:
             _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                          NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH)  # fmt: skip
@@ -781,11 +794,9 @@ if GLUON_IMPORTED:
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                    NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
-            mbarrier.wait(sync.index(3), 0)
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -794,11 +805,9 @@ if GLUON_IMPORTED:
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                    NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
-            mbarrier.wait(sync.index(3), 0)
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -808,7 +817,7 @@ if GLUON_IMPORTED:
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
                      PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-        CONSUMERS: gl.constexpr = 1 if PINGPONG == 1 else 2
+        CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
                 CONSUMERS)  # fmt: skip
@@ -903,7 +912,7 @@ if GLUON_IMPORTED:
             # one epilogue buffer per warpgroup: 64 rows by the wider of its two kinds of half-tile
             epi0 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
             epi1 = gl.allocate_shared_memory(dtype, [64, EPI_COLS], gw_out.layout)
-        CONSUMERS: gl.constexpr = 1 if PINGPONG == 1 else 2  # arrivals that release a stage
+        CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns; [3] (LAZY):

@@ -45,9 +45,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--select",
         help="write here, per M bucket, the variant to put in GLUON_TABLE: the fastest correct one if it beats the "
         "bucket's baseline (the faster of its two timings per shape) by MARGIN over the bucket's timed shapes, else "
-        "the baseline (the table's entry: pp7 at M <= 256, v18 at 512-2048, v21's w256s3 above)",
+        "the baseline (the table's entry: baseline() below)",
     )
     ap.add_argument("--margin", type=float, default=0.015)
+    ap.add_argument(
+        "--table-changed",
+        metavar="SELECT_JSON",
+        help="run nothing: exit 0 if that selection puts a bucket on another variant than its baseline (the table "
+        "changed), 1 if not, 2 if the file cannot be read",
+    )
     return ap.parse_args(argv)
 
 
@@ -329,8 +335,21 @@ def select(rows: dict, candidates: dict[str, tuple[int, object]], margin: float)
     return out
 
 
+def table_changed(path: str) -> int:
+    """--table-changed: 0 if the selection file moves a bucket off its baseline, 1 if not, 2 (one line) if unread."""
+    try:
+        sel = json.loads(Path(path).read_text())
+        names = {int(bucket): entry["name"] for bucket, entry in sel.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"bench_gluon_v19: cannot read the selection {path}: {exc}", file=sys.stderr)
+        return 2
+    return 0 if any(name != baseline(bucket) for bucket, name in names.items()) else 1
+
+
 def main() -> int:
     args = parse_args()
+    if args.table_changed:
+        return table_changed(args.table_changed)
     allv = variants()
     names = args.only or list(allv)
     unknown = [n for n in names if n not in allv]

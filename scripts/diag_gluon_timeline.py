@@ -411,7 +411,11 @@ def compile_only(ms: list[int], names: list[str]) -> int:
     for m in ms:
         s = min(128, m)
         for name in names:
-            cfg = variant(name, m, s)
+            try:
+                cfg = variant(name, m, s)
+            except ValueError as exc:  # the variant's switches do not go with this M's entry (e.g. bk 32, ping-pong)
+                print(f"M={m} {name}: not a valid configuration here: {exc}")
+                continue
             if cfg is None:
                 print(f"M={m} {name}: no Gluon table entry for this shape")
                 continue

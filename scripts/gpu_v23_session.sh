@@ -29,10 +29,7 @@ fi
 export SWEEP_ARGS="--only $ONLY --budget-s 150 --timed $TIMED" TAG SWEEP_TIMEOUT=380 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" $STEPS
 OUT=${OUT:-/tmp/out}
-if [ "${1:-}" = c ] && python3 -c 'import json, sys; sys.path.insert(0, "scripts"); from bench_gluon_v19 import baseline
-changed = any(e["name"] != baseline(int(b)) for b, e in json.load(open(sys.argv[1])).items())
-sys.exit(0 if changed else 1)' \
-  "$OUT/select.json"; then
+if [ "${1:-}" = c ] && python3 scripts/bench_gluon_v19.py --table-changed "$OUT/select.json"; then
   bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
 fi
 if [ "${1:-}" = c ]; then  # the first pass traced with the prefetch, and the loader alone cold and warm (Next 2)

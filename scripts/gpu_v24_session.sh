@@ -19,6 +19,10 @@ if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and not
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
+case "${1:-}" in
+  "" | b | c | d | e | f) ;;
+  *) echo "gpu_v24_session.sh: unknown run '$1' (b, c, d, e or f; none: run a); -h says what each runs" >&2; exit 2 ;;
+esac
 if [ "${1:-}" = c ]; then
   mkdir -p "${OUT:-/tmp/out}"
   PYTHONPATH=$PWD timeout 240 python3 scripts/diag_loads_only.py --ms 1024 2048 --kinds both --hold-ns 0,300 \
@@ -49,10 +53,7 @@ ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
 export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED --margin $MARGIN" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
 bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
 OUT=${OUT:-/tmp/out}
-if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); from bench_gluon_v19 import baseline
-changed = any(e["name"] != baseline(int(b)) for b, e in json.load(open(sys.argv[1])).items())
-sys.exit(0 if changed else 1)' \
-  "$OUT/select.json"; then
+if python3 scripts/bench_gluon_v19.py --table-changed "$OUT/select.json"; then
   bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
 fi
 export PYTHONPATH=$PWD  # the variants traced: each kind's loop per 64-deep step, first wait, epilogue, handoffs

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -153,6 +154,26 @@ def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypat
     ptx = {r: compile_for(1024, 128, replace(cfg, k_rotate=r))[1].asm["ptx"] for r in (0, 1)}
     plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
     assert ptx[0] == plain and ptx[1] != plain
+
+
+def test_the_session_scripts_ask_the_sweep_whether_the_table_changed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench_gluon_v19.py --table-changed FILE`` (the session scripts run the GPU tests and the 16 cases only
+    then): 0 when a bucket left its baseline, 1 when every bucket kept it, 2 and one line for a file it cannot read."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import bench_gluon_v19 as sweep
+
+    same = {str(b): {"name": sweep.baseline(b)} for b in (256, 1024, 8192)}
+    (tmp_path / "same.json").write_text(json.dumps(same))
+    (tmp_path / "moved.json").write_text(json.dumps({**same, "1024": {"name": "v18_1024"}}))
+    (tmp_path / "broken.json").write_text("{not json")
+    assert sweep.table_changed(str(tmp_path / "same.json")) == 1
+    assert sweep.table_changed(str(tmp_path / "moved.json")) == 0
+    assert sweep.table_changed(str(tmp_path / "broken.json")) == 2
+    assert sweep.table_changed(str(tmp_path / "absent.json")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("bench_gluon_v19: cannot read the selection") for line in err)
 
 
 def test_l2_prefetch_switches_are_checked() -> None:
