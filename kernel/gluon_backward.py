@@ -26,7 +26,10 @@ v21: 128x256 tiles (3 stages) at M = 4096-8192. v22 (``halves``, off in the tabl
 accumulators a warpgroup, the epilogue in two passes through half the buffer, so a 4th stage fits. v23
 (``l2_prefetch``, ``gw_first``, off in the table): L2 prefetches and the grad_weight tiles first. v24: the ring's
 stages start empty by parity (no arrivals at init, 5 warpgroup barriers before the partitions start instead of 14);
-``k_rotate`` and ``bk`` 32 (off in the table): the K-steps from a per-program offset, K-steps of 32.
+``k_rotate`` and ``bk`` 32 (off in the table): the K-steps from a per-program offset, K-steps of 32. v25-v26 (all
+off in the table, kernel/NOTES.md item 26): ``tmap_prefetch`` and ``next_prefetch`` (the descriptors, and the next
+tile's first K-steps into L2, by inline PTX naming the host-descriptor entry's parameters), ``epi_defer`` (the
+epilogue beside the next tile's first MMA, ``_consumer_defer``) and ``serpentine`` (every other tile walked back).
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -65,6 +68,12 @@ from kernel.schedule import Plan, plan_schedule, with_first
 from problem.workload import HEAD_DIM, HIDDEN, NUM_HEADS
 
 PINNED_TRITON = "3.6.0"  # the Gluon API this module is written against
+# v25's prefetches name the host-descriptor entry's TMA descriptors by their PTX parameters (Gluon 3.6 has no
+# prefetch of a descriptor): each Gluon host descriptor is 5 parameters there (the 128-byte descriptor, its 2
+# sizes, its 2 strides), in the entry's order go_a, w_b, go_t, x_b, ga_out, gw_out (tests/kernel/test_gluon.py
+# checks the names against the compiled PTX)
+HOST_DESC_ENTRY = "gluon_bwd_kernel_host_desc"
+DESC_PARAMS = 5
 
 
 @dataclass(frozen=True)
@@ -124,12 +133,39 @@ class GluonConfig:
     # leaves after two inits instead of after the whole ring's, ~0.03 us each), and the consumers wait for a boot
     # barrier it arrives on once every stage is initialised; the default partition initialises only that one
     lazy_init: bool = False
+    # v25: every TMA descriptor asked of the TMA unit's descriptor cache (``prefetch.tensormap``) at the program's
+    # entry, so that no descriptor's first use (the first loads, the switch of kind, the first stores) waits for it
+    tmap_prefetch: bool = False
+    # v25: the next tile's first ``next_prefetch`` K-steps asked of L2 by tensor prefetches (one
+    # ``cp.async.bulk.prefetch.tensor`` a TMA box), issued by the loader ``np_distance`` steps before it ends a tile
+    next_prefetch: int = 0
+    np_distance: int = 4
+    # v26: the cooperative epilogue deferred into the next tile (128 x 128 tiles of both kinds): 1 the finished
+    # tile's bf16 half-tile kept in registers and written through the shared buffer to its TMA stores beside the next
+    # tile's first MMA; 2 only its TMA stores issued there (the shared buffer written at the tile's end, as before)
+    epi_defer: int = 0
+    # v26: every other tile of a program walks its K-steps from the last back (the loader alone: the consumers take
+    # the stages in order whatever they hold), so that a tile's first loads read the rows its predecessor read last
+    serpentine: bool = False
 
     def __post_init__(self) -> None:
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
             raise ValueError(f"bk {self.bk}: 64, or 32 with host descriptors, cooperative, no held stage")
         if self.k_rotate < 0:
             raise ValueError(f"k_rotate {self.k_rotate}: >= 0")
+        if (self.tmap_prefetch or self.next_prefetch) and not self.host_desc:
+            raise ValueError("tmap_prefetch / next_prefetch: host descriptors (they name the kernel's parameters)")
+        if self.epi_defer not in (0, 1, 2) or (
+            self.epi_defer
+            and (
+                self.epi_hold or self.pingpong or self.halves or (self.ga_bm, self.ga_bn, self.gw_bn) != (128, 128, 128)
+            )
+        ):
+            raise ValueError("epi_defer 0-2: cooperative 128x128 tiles of both kinds (no epi_hold, ping-pong, halves)")
+        if self.serpentine and (self.k_rotate or self.next_prefetch or self.l2_prefetch):
+            raise ValueError("serpentine: not with k_rotate or the prefetches (they assume tiles walked forwards)")
+        if self.next_prefetch not in range(5) or self.np_distance < 1 or (self.next_prefetch and self.k_rotate):
+            raise ValueError(f"next_prefetch {self.next_prefetch}: 0-4 K-steps, np_distance >= 1, no k_rotate")
         if self.l2_prefetch not in range(32) or self.pf_distance < 1:
             raise ValueError(f"l2_prefetch {self.l2_prefetch}: bit flags 1, 2, 4, 8, 16 (0-31); pf_distance >= 1")
         if self.halves and (
@@ -163,6 +199,7 @@ class GluonConfig:
 # where a 128x128 loop pulls more from L2 than it can give, 128x256 tiles of both kinds (3 stages beside their
 # epilogue buffers) 0.96x the tile-language kernel, which those buckets used before. The entries are written by
 # scripts/apply_gluon_selection.py from the sweep's selection file, the same text on the GPU copy and here.
+# fmt: off
 GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
     256: (GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, lazy_init=True), True),
     512: (GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True), True),
@@ -171,6 +208,7 @@ GLUON_TABLE: dict[int, tuple[GluonConfig, bool]] = {
     4096: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
     8192: (GluonConfig(128, 256, 128, 256, host_desc=True), True),
 }
+# fmt: on
 
 
 def gluon_config_for(
@@ -205,6 +243,63 @@ if GLUON_IMPORTED:
     def _consumers(pingpong: int) -> int:
         """Arrivals that release a stage: one warpgroup in ping-pong proper (PINGPONG 1), both otherwise."""
         return 1 if pingpong == 1 else 2
+
+    @gluon.constexpr_function
+    def _desc_address(i: int) -> str:
+        """PTX that puts the generic address of the host-descriptor entry's descriptor ``i`` (0 go_a, 1 w_b, 2 go_t,
+        3 x_b, 4 ga_out, 5 gw_out) into register ``d``, as Triton's own TMA instructions address it."""
+        return f"mov.b64 d, {HOST_DESC_ENTRY}_param_{i * DESC_PARAMS}; cvta.param.u64 d, d; "
+
+    @gluon.constexpr_function
+    def _tmap_prefetch_asm() -> str:
+        """Every descriptor's ``prefetch.tensormap``, from one elected thread of the first warp."""
+        each = "".join(_desc_address(i) + "@p prefetch.tensormap [d]; " for i in range(6))
+        return (
+            "{ .reg .pred p, q; .reg .b32 t; .reg .b64 d; mov.u32 t, %tid.x; setp.lt.u32 q, t, 32; "
+            "elect.sync _|p, 0xffffffff; and.pred p, p, q; " + each + "mov.u32 $0, 0; }"
+        )
+
+    @gluon.constexpr_function
+    def _box_prefetch_asm(i: int) -> str:
+        """A ``cp.async.bulk.prefetch.tensor`` of descriptor ``i``'s box at (row $2, column $1), from one elected
+        thread of the warp (fire and forget: the box lands in L2 only)."""
+        return (
+            "{ .reg .pred p; .reg .b64 d; elect.sync _|p, 0xffffffff; "
+            + _desc_address(i)
+            + "@p cp.async.bulk.prefetch.tensor.2d.L2.global.tile [d, {$1, $2}]; mov.u32 $0, 0; }"
+        )
+
+    @gluon.jit
+    def _tmap_prefetch():
+        """TMPF (v25): the six descriptors asked of the TMA unit's descriptor cache before anything uses them."""
+        gl.inline_asm_elementwise(_tmap_prefetch_asm(), "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _box_prefetch(DESC: gl.constexpr, row, col):
+        gl.inline_asm_elementwise(_box_prefetch_asm(DESC), "=r,r,r", [col, row], dtype=gl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _next_tile_prefetch(
+        IS_GA: gl.constexpr, t, n_ga_m, M, NXPF: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr,
+        GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """NXPF (v25): the first NXPF K-steps of the program's next tile (``t``, a grad_attn one if IS_GA) asked of
+        L2, box by box as the loader will load them (grad_weight's rows past M are left out)."""
+        if IS_GA:
+            am, an = _tile_coords(t, n_ga_m, HID // GA_BN, GROUP)
+            for i in gl.static_range(NXPF):
+                _box_prefetch(0, am * GA_BM, i * BK)
+                for j in gl.static_range(GA_BN // 64):
+                    _box_prefetch(1, i * BK, an * GA_BN + j * 64)
+        else:
+            wm, wn = _tile_coords(t, HID // GW_BM, HID // GW_BN, GROUP)
+            for i in gl.static_range(NXPF):
+                if i * BK < M:
+                    for j in gl.static_range(GW_BM // 64):
+                        _box_prefetch(2, i * BK, wm * GW_BM + j * 64)
+                    for j in gl.static_range(GW_BN // 64):
+                        _box_prefetch(3, i * BK, wn * GW_BN + j * 64)
 
     @gluon.jit
     def _bulk_prefetch(ptrs, sizes):
@@ -302,13 +397,16 @@ if GLUON_IMPORTED:
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
         L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6, KROT: gl.constexpr = 0,
-        boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2,
+        boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2, NXPF: gl.constexpr = 0,
+        NX_D: gl.constexpr = 4, SERP: gl.constexpr = False,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
         share of every program's K-step PF_D steps ahead, after each step's loads; with KROT, each tile's K-steps
         from the program's own offset, around; with LAZY, each stage's mbarriers initialised here as it is first
-        filled, and ``boot`` arrived on once all are)."""
+        filled, and ``boot`` arrived on once all are; with NXPF, NX_D steps before a tile's end, the next tile's
+        first NXPF K-steps asked of L2; with SERP, every other tile's K-steps from its last back, so that a tile's
+        first loads read the rows the tile before it read last)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
         pid = gl.program_id(0)
@@ -327,6 +425,10 @@ if GLUON_IMPORTED:
         # The ring is allocated for the larger (grad_weight) blocks; grad_attn stages use a view of the same bytes.
         ga_bytes: gl.constexpr = (GA_BM * BK + BK * GA_BN) * 2
         gw_bytes: gl.constexpr = (BK * GW_BM + BK * GW_BN) * 2
+        # NXPF: the K offset of the step after whose loads the next tile is asked of L2 (NX_D steps before the end)
+        ga_nx: gl.constexpr = (HID // BK - NX_D if HID // BK > NX_D else 0) * BK
+        gw_nx = gl.maximum(gl.cdiv(M, BK) - NX_D, 0) * BK
+        nt_s = 0  # SERP: the program's tiles so far (the odd ones walk their K-steps backwards)
         it = 0
         for phase in gl.static_range(2):
             if (phase == 0) == GA_FIRST:
@@ -342,6 +444,9 @@ if GLUON_IMPORTED:
                         k = k0
                         if KROT > 0:
                             k = (k0 + ga_rot) % HID
+                        if SERP:  # every other tile of the program from its last K-step back
+                            if nt_s % 2 == 1:
+                                k = HID - BK - k0
                         s, bar = _next_stage(ready, empty, boot, it, ga_bytes, STAGES, LAZY, CONSUMERS)
                         # grad_attn blocks are smaller: a view of the start of stage s (each stage keeps its
                         # bytes whatever kind of tile used it last, so the shared schedule's switch is safe)
@@ -358,7 +463,16 @@ if GLUON_IMPORTED:
                         if L2PF & 16:  # reshaped, whole, for the grad_weight tiles that follow
                             if ahead and P_GA == 0 and k0 == PF_D * BK:
                                 _l2_prefetch(pf_x, M * (HID * 2), pid, nprog, 1)
+                        if NXPF > 0:
+                            if k0 == ga_nx:  # the program's next tile: a grad_attn one, or its first grad_weight
+                                if t + ga_step < n_ga:
+                                    _next_tile_prefetch(True, t + ga_step, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
+                                                        GW_BN, BK, GROUP)  # fmt: skip
+                                elif GA_FIRST and gw_lo < n_gw:
+                                    _next_tile_prefetch(False, gw_lo, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
+                                                        GW_BN, BK, GROUP)  # fmt: skip
                         it += 1
+                    nt_s += 1
             else:
                 for t in range(gw_lo, n_gw, gw_step):
                     wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
@@ -371,6 +485,9 @@ if GLUON_IMPORTED:
                         k = k0
                         if KROT > 0:
                             k = (k0 + gw_rot) % gw_k
+                        if SERP:
+                            if nt_s % 2 == 1:
+                                k = gw_k - BK - k0
                         s, bar = _next_stage(ready, empty, boot, it, gw_bytes, STAGES, LAZY, CONSUMERS)
                         As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
                         for j in gl.static_range(GW_BM // 64):
@@ -387,7 +504,16 @@ if GLUON_IMPORTED:
                                 rows = gl.minimum(M - kf, BK)
                                 _l2_prefetch(pf_go + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
                                 _l2_prefetch(pf_x + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
+                        if NXPF > 0:
+                            if k0 == gw_nx:  # the program's next tile: a grad_weight one, or its first grad_attn
+                                if t + gw_step < n_gw:
+                                    _next_tile_prefetch(False, t + gw_step, n_ga_m, M, NXPF, HID, GA_BM, GA_BN,
+                                                        GW_BM, GW_BN, BK, GROUP)  # fmt: skip
+                                elif not GA_FIRST and ga_lo < n_ga:
+                                    _next_tile_prefetch(True, ga_lo, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
+                                                        GW_BN, BK, GROUP)  # fmt: skip
                         it += 1
+                    nt_s += 1
         if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
             for i in range(it, STAGES):
                 _lazy_init(ready, empty, boot, i, i, STAGES, CONSUMERS)
@@ -615,6 +741,137 @@ if GLUON_IMPORTED:
                             )
         tma.store_wait(0)
 
+    @gluon.constexpr_function
+    def _tile_kind(phase: int, ga_first: bool) -> int:
+        """The kind of tile a program runs in its phase 0 or 1: 1 grad_attn, 2 grad_weight."""
+        return 1 if (phase == 0) == ga_first else 2
+
+    @gluon.jit
+    def _pinned(x):
+        """``x`` (bf16) through an opaque move: its conversion is made here, not sunk into the next tile's loop, where
+        it would read the accumulator's registers under that tile's first MMA (ptxas then serialises every wgmma)."""
+        return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
+
+    @gluon.jit
+    def _deferred_epilogue(ga_out, gw_out, epi, out, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr):
+        """DEFER: a finished tile's epilogue, while the next tile's first MMA runs: its bf16 half-tile ``out``
+        (64 x QN) into this warpgroup's buffer once the stores before have read it, then TMA stores: ``kind`` 1 a
+        grad_attn tile (``r``: the (B*H*S, D) row of its first head, ``c``: that head), 2 a grad_weight tile (``r``,
+        ``c``: the block's row and column)."""
+        e = _epi_write(epi, out, QN)
+        _epi_stores(ga_out, gw_out, e, kind, r, c, S, HD, QN)
+
+    @gluon.jit
+    def _epi_write(epi, out, QN: gl.constexpr):
+        """DEFER: a bf16 half-tile into this warpgroup's buffer once the stores before have read it; the view."""
+        e = epi._reinterpret(out.dtype, [64, QN], epi.layout)
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        e.store(out)
+        fence_async_shared()
+        gl.thread_barrier()
+        return e
+
+    @gluon.jit
+    def _epi_stores(ga_out, gw_out, e, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr):
+        """DEFER: the TMA stores of a half-tile written into ``e`` (``kind``, ``r``, ``c`` as _deferred_epilogue's)."""
+        if kind == 1:
+            for j in gl.static_range(QN // HD):
+                tma.async_copy_shared_to_global(ga_out, [r + (c + j) * S, 0], e.slice(j * HD, HD, dim=1))
+        else:
+            for j in gl.static_range(QN // 64):
+                tma.async_copy_shared_to_global(gw_out, [r, c + j * 64], e.slice(j * 64, 64, dim=1))
+
+    @gluon.jit
+    def _consumer_defer(
+        WG: gl.constexpr,
+        ga_out, gw_out,
+        a_ring, b_ring, ready, empty, epi,
+        M, S, n_ga_m, P_GA,
+        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, MODE: gl.constexpr,
+    ):  # fmt: skip
+        """v26, cooperative with the epilogue deferred (MODE 1; MODE 2: only its TMA stores, the buffer written at
+        the tile's end): warpgroup WG runs its 64 rows of every tile (128 x 128 tiles
+        of both kinds: one accumulator layout). At a tile's end its accumulator is waited for and converted to bf16
+        in registers only; the next tile's first MMA is issued before that half-tile goes through the shared buffer
+        to its TMA stores, so the epilogue runs beside the MMA instead of before it. The program's last tile is
+        written after the loops. (Deferring the fp32 accumulator itself, its last MMA in flight, makes ptxas copy it
+        and serialise every wgmma, C7511.)"""
+        ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        gl.static_assert(GA_BM == 128 and GA_BN == 128 and GW_BN == 128, "deferred epilogue: 128 x 128 tiles")
+        QN: gl.constexpr = 128
+        layout: gl.constexpr = _wgmma_layout(64, QN)
+        dtype: gl.constexpr = ga_out.dtype
+        it = 0
+        prev = 0
+        pend = 0  # the finished tile whose epilogue waits: 0 none, 1 grad_attn, 2 grad_weight
+        pend_r = 0
+        pend_c = 0
+        pend_out = gl.zeros([64, QN], dtype, layout)
+        for phase in gl.static_range(2):
+            if _tile_kind(phase, GA_FIRST) == 1:
+                lo = ga_lo
+                hi = n_ga
+                step = ga_step
+                steps = HID
+            else:
+                lo = gw_lo
+                hi = n_gw
+                step = gw_step
+                steps = M
+            for t in range(lo, hi, step):
+                if _tile_kind(phase, GA_FIRST) == 1:
+                    am, an = _tile_coords(t, n_ga_m, HID // GA_BN, GROUP)
+                    r0 = am * GA_BM + WG * 64
+                    tile_r = (r0 // S) * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
+                    tile_c = an * GA_BN // HD
+                else:
+                    wm, wn = _tile_coords(t, HID // GW_BM, HID // GW_BN, GROUP)
+                    tile_r = wm * GW_BM + WG * 64
+                    tile_c = wn * GW_BN
+                acc_n = gl.zeros([64, QN], gl.float32, layout)
+                for k in range(0, steps, BK):
+                    s = it % STAGES
+                    ph = (it // STAGES) & 1
+                    mbarrier.wait(ready.index(s), ph)
+                    if _tile_kind(phase, GA_FIRST) == 1:
+                        a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout).slice(WG * 64, 64, dim=0)
+                        b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
+                    else:
+                        a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
+                        a = a.slice(WG * 64, 64, dim=1).permute((1, 0))
+                        b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
+                    acc_n = warpgroup_mma(a, b, acc_n, is_async=True)
+                    acc_n = warpgroup_mma_wait(1, deps=(acc_n,))
+                    if k > 0:
+                        mbarrier.arrive(empty.index(prev), count=1)
+                    elif pend != 0:  # the finished tile's epilogue, beside this tile's first MMA
+                        if MODE == 1:
+                            _deferred_epilogue(ga_out, gw_out, epi, pend_out, pend, pend_r, pend_c, S, HD, QN)
+                        else:
+                            e = epi._reinterpret(dtype, [64, QN], epi.layout)
+                            _epi_stores(ga_out, gw_out, e, pend, pend_r, pend_c, S, HD, QN)
+                    prev = s
+                    it += 1
+                acc_n = warpgroup_mma_wait(num_outstanding=0, deps=(acc_n,))
+                mbarrier.arrive(empty.index(prev), count=1)
+                if MODE == 1:
+                    pend_out = _pinned(acc_n.to(dtype))
+                else:
+                    _epi_write(epi, acc_n.to(dtype), QN)
+                pend = _tile_kind(phase, GA_FIRST)
+                pend_r = tile_r
+                pend_c = tile_c
+        if pend != 0:  # the program's last tile
+            if MODE == 1:
+                _deferred_epilogue(ga_out, gw_out, epi, pend_out, pend, pend_r, pend_c, S, HD, QN)
+            else:
+                _epi_stores(ga_out, gw_out, epi._reinterpret(dtype, [64, QN], epi.layout), pend, pend_r, pend_c, S,
+                            HD, QN)  # fmt: skip
+        tma.store_wait(pendings=0)
+
     @gluon.jit
     def _consumer_pp(
         WG: gl.constexpr,
@@ -767,7 +1024,7 @@ if GLUON_IMPORTED:
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                        PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                       NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+                       NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
         if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
             mbarrier.wait(sync.index(3), 0)
         if PINGPONG == 1:
@@ -783,6 +1040,9 @@ if GLUON_IMPORTED:
                 _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
                           HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL,
                           NSPLIT)  # fmt: skip
+        elif DEFER > 0:
+            _consumer_defer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, M, S, n_ga_m, P_GA, GA_FIRST,
+                            HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, DEFER)  # fmt: skip
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL, NSPLIT)  # fmt: skip
@@ -793,10 +1053,10 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -804,10 +1064,10 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -816,11 +1076,12 @@ if GLUON_IMPORTED:
                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
-                     PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+                     PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr, NXPF: gl.constexpr,
+                     NX_D: gl.constexpr, SERP: gl.constexpr):  # fmt: skip
         CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
-                CONSUMERS)  # fmt: skip
+                CONSUMERS, NXPF, NX_D, SERP)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -849,7 +1110,7 @@ if GLUON_IMPORTED:
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY)  # fmt: skip
+                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY, False, 0, 4, 0, False)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -866,13 +1127,20 @@ if GLUON_IMPORTED:
         pf_go=None, pf_w=None, pf_x=None,
         KROT: gl.constexpr = 0,
         LAZY: gl.constexpr = False,
+        TMPF: gl.constexpr = False,
+        NXPF: gl.constexpr = 0,
+        NX_D: gl.constexpr = 4,
+        DEFER: gl.constexpr = 0,
+        SERP: gl.constexpr = False,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
-        pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches."""
+        pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches; TMPF and NXPF (v25) name
+        its descriptors' parameters (HOST_DESC_ENTRY)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY)  # fmt: skip
+                    NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
+                    SERP)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -883,10 +1151,13 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
-        LAZY: gl.constexpr,
+        LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
+        SERP: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
+        if TMPF:  # before anything else: the descriptors on their way into the TMA unit's cache
+            _tmap_prefetch()
         dtype: gl.constexpr = go_a.dtype
         if L2PF & 1:  # this program's share of grad_output, asked of L2 before anything else is loaded
             _l2_prefetch(pf_go, M * (HID * 2), gl.program_id(0), gl.num_programs(0), 4)
@@ -940,14 +1211,14 @@ if GLUON_IMPORTED:
             [
                 (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)),
                 (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT, LAZY)),
+                                PF_D, KROT, LAZY, NXPF, NX_D, SERP)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -1009,6 +1280,15 @@ def launch_arguments(
         constexprs["KROT"] = cfg.k_rotate
     if cfg.lazy_init:
         constexprs["LAZY"] = True
+    if cfg.tmap_prefetch:
+        constexprs["TMPF"] = True
+    if cfg.next_prefetch:
+        constexprs["NXPF"] = cfg.next_prefetch
+        constexprs["NX_D"] = cfg.np_distance
+    if cfg.epi_defer:
+        constexprs["DEFER"] = cfg.epi_defer
+    if cfg.serpentine:
+        constexprs["SERP"] = True
     return args, constexprs
 
 

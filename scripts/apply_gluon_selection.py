@@ -19,22 +19,40 @@ DEFAULTS.update({"epi_hold": False, "pingpong": False, "pp_gw_only": False, "pp_
 DEFAULTS.update(
     {"halves": False, "l2_prefetch": 0, "pf_distance": 6, "gw_first": False, "k_rotate": 0, "lazy_init": False}
 )
+DEFAULTS.update({"tmap_prefetch": False, "next_prefetch": 0, "np_distance": 4, "epi_defer": 0, "serpentine": False})
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
 ORDER += ("pp_depth", "hold_release", "halves", "l2_prefetch", "pf_distance", "gw_first", "k_rotate", "lazy_init")
+ORDER += ("tmap_prefetch", "next_prefetch", "np_distance", "epi_defer", "serpentine")
+
+
+WIDTH = 120  # the project's line length (pyproject.toml's ruff); the table sits between "fmt: off" and "fmt: on"
 
 
 def entry_line(bucket: int, cfg: dict) -> str:
+    """The table's entry for ``bucket``: one line, or where that is wider than WIDTH, its arguments filled onto
+    continuation lines aligned after ``GluonConfig(``."""
     unknown = sorted(set(cfg) - set(DEFAULTS) - {"ga_bm", "ga_bn", "gw_bm", "gw_bn"})
     if unknown:  # a GluonConfig field this writer does not know would be dropped from the line
         raise SystemExit(f"bucket {bucket}: configuration fields {unknown} unknown to apply_gluon_selection.py")
     args = [str(cfg[k]) for k in ("ga_bm", "ga_bn", "gw_bm", "gw_bn")]
     args += [f"{k}={cfg[k]!r}" for k in ORDER if k in cfg and cfg[k] != DEFAULTS[k]]
-    return f"    {bucket}: (GluonConfig({', '.join(args)}), True),"
+    head, tail = f"    {bucket}: (GluonConfig(", "), True),"
+    if len(head) + len(", ".join(args)) + len(tail) <= WIDTH:
+        return head + ", ".join(args) + tail
+    lines, line = [], head
+    for i, arg in enumerate(args):
+        piece = arg + (tail if i == len(args) - 1 else ",")
+        if line not in (head, " " * len(head)) and len(line) + 1 + len(piece) > WIDTH:
+            lines.append(line)
+            line = " " * len(head)
+        line += ("" if line in (head, " " * len(head)) else " ") + piece
+    return "\n".join([*lines, line])
 
 
 def apply(text: str, selection: dict) -> str:
     for bucket, entry in sorted(selection.items(), key=lambda kv: int(kv[0])):
-        pattern = re.compile(rf"^    {int(bucket)}: \(GluonConfig\(.*\), (True|False)\),$", re.M)
+        # an entry's arguments hold no parenthesis: [^)]* spans its continuation lines, if any
+        pattern = re.compile(rf"^    {int(bucket)}: \(GluonConfig\([^)]*\), (True|False)\),$", re.M)
         if len(pattern.findall(text)) != 1:
             raise SystemExit(f"GLUON_TABLE: no single entry line for bucket {bucket}")
         text = pattern.sub(entry_line(int(bucket), entry["config"]), text)

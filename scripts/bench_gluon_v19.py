@@ -171,6 +171,34 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (1024, 2048):
         for d in (2, 8):
             out[f"lzpfx{d}_{m}"] = (m, replace(base[m], lazy_init=True, l2_prefetch=16, pf_distance=d))
+    # v25 (kernel/NOTES.md item 26): on the table's entries, every TMA descriptor prefetched into the TMA unit's cache
+    # at the program's entry (``tp``), and with it the next tile's first n K-steps asked of L2 by tensor prefetches d
+    # steps before the loader ends a tile (``np{n}d{d}``); bk 32 and the held-stage epilogue again, now beside the
+    # lazy init (item 25's Next 2)
+    lz = {m: replace(base[m], lazy_init=True) for m in base}
+    lz[256] = replace(lz[256], pingpong=True, stages=7)
+    w256 = replace(big, ga_bn=256, gw_bn=256, stages=3)
+    out["pp7lztp_256"] = (256, replace(lz[256], tmap_prefetch=True))
+    out["pp7lztpnp2d4_256"] = (256, replace(lz[256], tmap_prefetch=True, next_prefetch=2, np_distance=4))
+    for m in (512, 1024, 2048):
+        out[f"lztp_{m}"] = (m, replace(lz[m], tmap_prefetch=True))
+        for n, d in ((2, 4), (3, 8)):
+            out[f"lztpnp{n}d{d}_{m}"] = (m, replace(lz[m], tmap_prefetch=True, next_prefetch=n, np_distance=d))
+        out[f"bk32lztp_{m}"] = (m, replace(lz[m], bk=32, stages=12, tmap_prefetch=True))
+        out[f"hold7lztp_{m}"] = (m, replace(lz[m], epi_hold=True, stages=7, tmap_prefetch=True))
+    # v26: the epilogue deferred beside the next tile's first MMA (epi_defer), alone and with run a's prefetches
+    for m in (512, 1024, 2048):
+        out[f"dfr_{m}"] = (m, replace(lz[m], epi_defer=1))
+        out[f"dfrtpnp2_{m}"] = (m, replace(lz[m], epi_defer=1, tmap_prefetch=True, next_prefetch=2, np_distance=4))
+        out[f"dfs_{m}"] = (m, replace(lz[m], epi_defer=2))  # v26 run c: only the TMA stores deferred
+        out[f"srp_{m}"] = (m, replace(lz[m], serpentine=True))  # v26 run d: every other tile walked backwards
+        out[f"srptp_{m}"] = (m, replace(lz[m], serpentine=True, tmap_prefetch=True))
+    out["pp7lzsrp_256"] = (256, replace(lz[256], serpentine=True))
+    for m in (4096, 8192):
+        out[f"w256s3srp_{m}"] = (m, replace(w256, serpentine=True))
+    for m in (4096, 8192):
+        out[f"w256s3tp_{m}"] = (m, replace(w256, tmap_prefetch=True))
+        out[f"w256s3tpnp1d2_{m}"] = (m, replace(w256, tmap_prefetch=True, next_prefetch=1, np_distance=2))
     return out
 
 

@@ -27,8 +27,9 @@ from pathlib import Path
 
 # a tile's record: its start (before a ping-pong turn wait), its first MMA wait's start, its first stage ready, its K
 # loop's end (every MMA retired), its epilogue's end (stores issued; ping-pong: the held stage released), all
-# %globaltimer ns; %smid, the warpgroup, the kind (KINDS)
-FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind")
+# %globaltimer ns; %smid, the warpgroup, the kind (KINDS); and (v25, warpgroup 0's record only, written by the loader)
+# the time the loader passed its empty wait for the tile's first stage and issues its loads
+FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind", "issue")
 MAX_TILES = 16  # tile slots per program (the plans of M <= 2048 run at most 4 tiles a program)
 # one more slot per lane (program * 2 + warpgroup) after the tiles': the program's record, its entry stamped in
 # field "start" of warpgroup 0's (before the barriers' init), each consumer warpgroup's exit in field "epi" of its
@@ -56,6 +57,10 @@ VARIANTS: dict[str, dict] = {
     "gw256s4h": {"gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, the epilogue in two passes
     "lazy": {"lazy_init": True},  # v24: the loader initialises each stage's mbarriers as it first fills it
     "pfx8": {"l2_prefetch": 16, "pf_distance": 8},  # v24 run f: the second kind's other input asked of L2 whole
+    "tp": {"tmap_prefetch": True},  # v25: the TMA descriptors prefetched into the TMA unit's cache at the entry
+    "tpnp2": {"tmap_prefetch": True, "next_prefetch": 2, "np_distance": 4},  # v25: and the next tile's first 2 steps
+    "tpnp3": {"tmap_prefetch": True, "next_prefetch": 3, "np_distance": 8},
+    "srp": {"serpentine": True},  # v26: every other tile of a program walked from its last K-step back
 }
 
 
@@ -108,6 +113,14 @@ _HELPERS = f'''
             gl.store(rec + 7, gl.to_tensor(KIND).to(gl.int64))
 
     @gluon.jit
+    def _trace_issue(trace_ptr, slot):
+        """The loader's stamp (field "issue" of warpgroup 0's record of the program's tile ``slot``): the tile's
+        first stage is free and its loads leave now."""
+        if slot < {MAX_TILES}:
+            rec = trace_ptr + ((gl.program_id(0) * 2) * {SLOTS} + slot) * {len(FIELDS)}
+            gl.store(rec + {len(FIELDS) - 1}, _trace_now())
+
+    @gluon.jit
     def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
         """The program's record (slot PROGRAM_SLOT of lane program * 2 + WG): a stamp into field FIELD."""
         rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + {PROGRAM_SLOT}) * {len(FIELDS)}
@@ -136,7 +149,17 @@ def traced_source(src: str) -> str:
     stamp = "_trace_now()"
     src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
     # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
-    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=20)
+    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=22)
+    # ... and into the loader, which stamps each tile's first fill as its loads leave (v25)
+    src = _sub(src, r"^        M, n_ga_m, P_GA,\n", "        M, n_ga_m, P_GA, trace_ptr,\n")
+    src = _sub(src, r"empty, M, n_ga_m, P_GA, GA_FIRST", "empty, M, n_ga_m, P_GA, trace_ptr, GA_FIRST")
+    src = _sub(src, r"^( +)# NXPF: the K offset of the step after whose loads", r"\1nt_l = 0\n\g<0>")
+    src = _sub(
+        src,
+        r"^( +)s, bar = _next_stage\(ready, empty, boot, it, g[aw]_bytes, .*\n",
+        r"\g<0>\1if k0 == 0:\n\1    _trace_issue(trace_ptr, nt_l)\n\1    nt_l += 1\n",
+        count=2,
+    )
     # cooperative: a tile starts with its first MMA wait; ping-pong: with its turn wait, then its first MMA wait
     src = _sub(src, r"^( +)acc = gl\.zeros\(\[G[AW]_WM, .*\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
     src = _sub(src, r"^( +)if nt % 2 == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
@@ -255,9 +278,11 @@ def trace_runs(
 
 # the table's columns (us): tiles per warpgroup, the K loop per 64-deep step (from its first MMA wait), that first wait,
 # ping-pong's turn wait, the epilogue, the gap (a warpgroup's epilogue end to its next tile's first MMA), the
-# handoff (a program's tile's last MMA retired to its next tile's first MMA; negative: overlapped), the span
+# handoff (a program's tile's last MMA retired to its next tile's first MMA; negative: overlapped), the loader's
+# issue of a tile's first stage from the program's previous tile's last MMA retired (negative: before it), that
+# stage's latency (its issue to its arrival, as the consumers saw it), the span
 COLUMNS = (("tiles", "tiles/WG"), ("loop", "loop/step"), ("first", "1st wait"), ("turn", "turn"), ("epi", "epilogue"))
-COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("span", "span"))
+COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("issue", "issue-kend"), ("lat", "1st latency"), ("span", "span"))
 
 
 def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
@@ -267,12 +292,13 @@ def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
     steps = {0: HIDDEN // 64, 1: -(-m // 64)}  # per 64-deep K-step whatever the kernel's BK (bk 32: two)
     acc: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     tiles: dict[tuple[int, int], tuple[int, int, int]] = {}  # (program, slot) -> (kind, first ready, last K end)
+    issued: dict[tuple[int, int], int] = {}  # (program, slot) -> the loader's issue of the tile's first stage
     recs = trace.view(-1, SLOTS, len(FIELDS))[:, :MAX_TILES]  # (program * 2 + warpgroup, slot, field)
     for lane, slots in enumerate(recs.tolist()):
         mine = [(slot, r) for slot, r in enumerate(slots) if r[0]]  # this warpgroup's tiles, in order
         for kind, n in Counter(r[7] for _, r in mine).items():
             acc[kind]["tiles"].append(n)
-        for i, (slot, (start, wait, ready, kend, epi, _, _, kind)) in enumerate(mine):
+        for i, (slot, (start, wait, ready, kend, epi, _, _, kind, issue)) in enumerate(mine):
             a = acc[kind]
             a["loop"].append((kend - wait) / steps[kind] / 1e3)
             a["first"].append((ready - wait) / 1e3)
@@ -282,9 +308,15 @@ def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
                 a["gap"].append((mine[i + 1][1][2] - epi) / 1e3)
             _, r0, k0 = tiles.get((lane // 2, slot), (kind, ready, kend))
             tiles[(lane // 2, slot)] = (kind, min(r0, ready), max(k0, kend))
-    for (program, slot), (kind, _, kend) in tiles.items():
+            if issue:
+                issued[(lane // 2, slot)] = issue
+    for (program, slot), (kind, ready, kend) in tiles.items():
         if (program, slot + 1) in tiles:
             acc[kind]["handoff"].append((tiles[(program, slot + 1)][1] - kend) / 1e3)
+        if (program, slot) in issued:
+            acc[kind]["lat"].append((ready - issued[(program, slot)]) / 1e3)
+            if (program, slot - 1) in tiles:
+                acc[kind]["issue"].append((issued[(program, slot)] - tiles[(program, slot - 1)][2]) / 1e3)
     valid = recs[recs[..., 0] != 0]
     span = float(valid[:, 4].max() - valid[:, 0].min()) / 1e3 if valid.numel() else float("nan")
     out = {}

@@ -15,7 +15,7 @@ from problem.correctness import check_rounds
 from problem.reference import make_inputs
 from problem.workload import CASES, HEAD_DIM, NUM_HEADS
 from tests.support import PROJECT
-from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, run_script
+from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, ptxas_report, run_script
 
 
 def test_selection_table_is_hopper_only_and_per_shape() -> None:
@@ -91,12 +91,18 @@ def test_table_lines_are_the_selection_writers() -> None:
         gb.GluonConfig(128, 128, 128, 128, stages=7, pingpong=True, pp_gw_only=True, pp_depth=2, hold_release=3),
         gb.GluonConfig(128, 256, 128, 256, stages=4, host_desc=True, halves=True),
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, l2_prefetch=8, pf_distance=4, gw_first=True),
+        gb.GluonConfig(
+            128, 128, 128, 128, stages=6, host_desc=True, tmap_prefetch=True, next_prefetch=2, np_distance=8
+        ),
+        gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, epi_defer=2, serpentine=True),
     ):
-        line = mod.entry_line(512, asdict(cfg))
-        assert len(line) <= 120 and eval(line.split(": ", 1)[1].rstrip(","), {"GluonConfig": gb.GluonConfig}) == (
-            cfg,
-            True,
-        )
+        entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
+        assert all(len(line) <= 120 for line in entry.splitlines())
+        assert eval(entry.split(": ", 1)[1].rstrip(","), {"GluonConfig": gb.GluonConfig}) == (cfg, True)
+        table = text.replace(mod.entry_line(1024, asdict(gb.GLUON_TABLE[1024][0])), mod.entry_line(1024, asdict(cfg)))
+        assert mod.apply(mod.apply(text, {"1024": {"config": asdict(cfg)}}), {}) == table  # read back, and rewritten
+        again = {"1024": {"config": asdict(gb.GLUON_TABLE[1024][0])}}
+        assert mod.apply(table, again) == text  # a wrapped entry is found and replaced whole
     with pytest.raises(SystemExit):
         mod.entry_line(512, {**asdict(base), "a_future_switch": 1})
 
@@ -205,6 +211,105 @@ def test_l2_prefetch_reaches_the_kernel_only_when_asked(monkeypatch: pytest.Monk
         counts[flags] = (len(re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global", ptx)), len(params))
     assert counts[0][0] == 0 and counts[8][0] == 4, counts
     assert counts[8][1] == counts[0][1] + 3, counts  # three more parameters: the pointers
+
+
+def test_descriptor_prefetch_switches_are_checked() -> None:
+    """``tmap_prefetch`` and ``next_prefetch`` (v25) name the host-descriptor entry's parameters, so they need host
+    descriptors; ``next_prefetch`` is 0-4 K-steps, ``np_distance`` at least one step, and the prefetched steps are
+    a tile's first, so not with ``k_rotate``. Anything else is refused, not compiled into something else."""
+    ok = gb.GluonConfig(128, 128, 128, 128, host_desc=True, tmap_prefetch=True, next_prefetch=4, np_distance=1)
+    assert ok.next_prefetch == 4
+    for bad, word in (
+        ({"tmap_prefetch": True}, "host descriptors"),
+        ({"next_prefetch": 2}, "host descriptors"),
+        ({"host_desc": True, "next_prefetch": 5}, "next_prefetch"),
+        ({"host_desc": True, "next_prefetch": -1}, "next_prefetch"),
+        ({"host_desc": True, "next_prefetch": 2, "np_distance": 0}, "next_prefetch"),
+        ({"host_desc": True, "next_prefetch": 2, "k_rotate": 1}, "next_prefetch"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            gb.GluonConfig(128, 128, 128, 128, **bad)
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_descriptor_prefetches_name_the_entrys_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The v25 prefetches address the descriptors by the PTX names of the host-descriptor entry's parameters (Gluon
+    3.6 has no prefetch of its own): with ``tmap_prefetch`` every one of the six 128-byte descriptor parameters, and
+    nothing else, gets one ``prefetch.tensormap``; with ``next_prefetch`` the tensor prefetches name only the four
+    load descriptors' parameters (go_a, w_b, go_t, x_b), one a TMA box of the next tile's first steps; off, neither
+    is in the PTX. A Triton whose entry lays its parameters out otherwise fails here, not on the GPU."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    from diag_gluon import compile_for
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
+    assert "prefetch.tensormap" not in plain and "prefetch.tensor." not in plain
+    ptx = compile_for(1024, 128, replace(cfg, tmap_prefetch=True, next_prefetch=2))[1].asm["ptx"]
+    descriptors = set(re.findall(rf"\.param \.align 64 \.b8 ({gb.HOST_DESC_ENTRY}_param_\d+)\[128\]", ptx))
+    assert len(descriptors) == 6, descriptors
+    named = re.findall(rf"mov\.b64 d, ({gb.HOST_DESC_ENTRY}_param_\d+); cvta\.param\.u64 d, d; @p (\S+)", ptx)
+    tmap = [p for p, op in named if op == "prefetch.tensormap"]
+    boxes = {p for p, op in named if op.startswith("cp.async.bulk.prefetch.tensor.2d.L2.global")}
+    assert sorted(tmap) == sorted(descriptors)
+    loads = {f"{gb.HOST_DESC_ENTRY}_param_{i * gb.DESC_PARAMS}" for i in range(4)}
+    assert loads <= descriptors and boxes == loads, boxes
+    # M = 1024 plans grad_attn tiles first, then grad_weight ones: the next tile is a grad_attn one (2 steps of one
+    # grad_output box and two weight boxes), the first grad_weight one, or a grad_weight one (2 x (2 + 2) boxes)
+    assert len(re.findall(r"cp\.async\.bulk\.prefetch\.tensor\.2d", ptx)) == 2 * 3 + 2 * 4 + 2 * 4
+
+
+def test_deferred_epilogue_and_serpentine_are_checked() -> None:
+    """``epi_defer`` (v26) is 0, 1 (the bf16 half-tile written beside the next tile's first MMA) or 2 (only its TMA
+    stores there), on cooperative 128x128 tiles of both kinds; ``serpentine`` walks every other tile backwards, so it
+    does not go with the switches that assume tiles walked forwards. Anything else is refused."""
+    for mode in (1, 2):
+        assert gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, epi_defer=mode).epi_defer == mode
+    assert gb.GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, serpentine=True).serpentine
+    for bad, word in (
+        ({"epi_defer": 3}, "epi_defer"),
+        ({"epi_defer": 1, "ga_bm": 64}, "epi_defer"),  # a 64-row grad_attn tile: another accumulator shape
+        ({"epi_defer": 1, "gw_bn": 256}, "epi_defer"),
+        ({"epi_defer": 1, "epi_hold": True, "stages": 7}, "epi_defer"),
+        ({"epi_defer": 2, "pingpong": True}, "epi_defer"),
+        ({"serpentine": True, "k_rotate": 1}, "serpentine"),
+        ({"serpentine": True, "next_prefetch": 2}, "serpentine"),
+        ({"serpentine": True, "l2_prefetch": 8}, "serpentine"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each v25/v26 switch (descriptor prefetch, next-tile prefetch, deferred epilogue in both modes, serpentine)
+    changes the M = 1024 entry's PTX when on, and its ptxas report, like the table's entries', has no spill and no
+    advisory that the wgmma pipeline is serialised (C7511, C7514) or waited for (C7517): deferring the fp32
+    accumulator itself, or a bf16 conversion sunk into the next tile's loop, did exactly that (kernel/NOTES.md
+    item 26)."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    from diag_gluon import compile_for
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
+    switches = (
+        {"tmap_prefetch": True},
+        {"next_prefetch": 2},
+        {"epi_defer": 1},
+        {"epi_defer": 2},
+        {"serpentine": True},
+    )
+    for on in ({}, *switches):
+        ptx = compile_for(1024, 128, replace(cfg, **on))[1].asm["ptx"] if on else plain
+        assert (ptx != plain) == bool(on), on
+        report = ptxas_report(ptx)
+        assert not re.findall(r"C751[147]", report), (on, report[-1500:])
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (on, report[-1500:])
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")

@@ -37,6 +37,7 @@ def test_a_lost_anchor_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     src = (PROJECT / "kernel" / "gluon_backward.py").read_text()
     traced = dgt.traced_source(src)
     assert traced.count("_trace_tile(trace_ptr, WG, nt") == 4  # two kinds of tile, cooperative and ping-pong
+    assert traced.count("_trace_issue(trace_ptr, nt_l)") == 2  # the loader's stamp, one a kind of tile (v25)
     with pytest.raises(dgt.AnchorError, match=r"prev2 = 0.*found 0.*update the anchors"):
         dgt.traced_source(src.replace("prev2 = 0", "prev_before = 0"))
 
@@ -98,3 +99,28 @@ def test_loads_only_diagnostic_runs_the_tables_loader_and_nothing_else() -> None
         assert 6 * 32 * 1024 <= int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
         assert "stack 0, local 0" in line and "wgmma 0," in line, line
         assert int(re.search(r"tma_load (\d+)", line).group(1)) > 0, line
+
+
+def test_the_loaders_stamp_gives_when_a_tiles_first_stage_left_and_how_long_it_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """v25: the loader stamps (field "issue" of warpgroup 0's record) when each tile's first stage is free and its
+    loads leave; ``summarise`` gives, per kind of tile, that issue from the program's previous tile's last MMA
+    retired (negative: before it) and the stage's latency (issue to arrival), here on a made-up launch (ns)."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_gluon_timeline as dgt
+
+    issue = dgt.FIELDS.index("issue")
+    trace = torch.zeros(1, 2, dgt.SLOTS, len(dgt.FIELDS), dtype=torch.int64)  # one program
+    tiles = [(0, 1_000, 1_400, 11_000), (1, 11_500, 11_900, 16_700)]  # (kind, start=wait, first ready, K end)
+    for slot, (kind, start, ready, kend) in enumerate(tiles):
+        for wg in range(2):
+            trace[0, wg, slot, :5] = torch.tensor([start, start, ready, kend, kend + 300])
+            trace[0, wg, slot, 7] = kind
+    trace[0, 0, 0, issue] = 300  # the first tile's loads left 1.1 us before they arrived
+    trace[0, 0, 1, issue] = 11_000 - 1_500  # the second's 1.5 us before the first tile's last MMA retired
+    got = dgt.summarise(trace, 1024)
+    assert got[0]["lat"] == pytest.approx(1.1) and got[0]["issue"] != got[0]["issue"]  # nan: no tile before it
+    assert got[1]["issue"] == pytest.approx(-1.5) and got[1]["lat"] == pytest.approx(2.4)

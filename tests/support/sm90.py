@@ -1,5 +1,6 @@
 """Compiling for sm_90 on a machine without a GPU: whether Triton's bundled ``ptxas`` is here, the H200's shared
-memory limit, and a script of scripts/ run on this host's CUDA path (the interpreter switched off)."""
+memory limit, a script of scripts/ run on this host's CUDA path (the interpreter switched off), and ptxas's own
+report on a PTX text (its performance advisories: a serialised wgmma pipeline, spills)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,21 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args], cwd=PROJECT, env=cuda_env(), capture_output=True, text=True, timeout=600
     )
+
+
+def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
+    """What Triton's bundled ptxas says (``-v``) compiling ``ptx`` for ``arch``: resource usage and advisories such as
+    C7511/C7514 (every wgmma serialised) or C7517 (a wait injected to read an accumulator). Raises if it fails."""
+    import tempfile
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([str(tool), f"-arch={arch}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {out.stderr[-2000:]}")
+    return out.stdout + out.stderr
