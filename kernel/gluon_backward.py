@@ -280,12 +280,12 @@ if GLUON_IMPORTED:
                                   pack=1)  # fmt: skip
 
     @gluon.jit
-    def _next_tile_prefetch(
+    def _tile_prefetch(
         IS_GA: gl.constexpr, t, n_ga_m, M, NXPF: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr,
         GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr,
     ):  # fmt: skip
-        """NXPF (v25): the first NXPF K-steps of the program's next tile (``t``, a grad_attn one if IS_GA) asked of
-        L2, box by box as the loader will load them (grad_weight's rows past M are left out)."""
+        """NXPF (v25): the first NXPF K-steps of tile ``t`` (a grad_attn one if IS_GA) asked of L2, box by box as the
+        loader will load them (grad_weight's rows past M are left out)."""
         if IS_GA:
             am, an = _tile_coords(t, n_ga_m, HID // GA_BN, GROUP)
             for i in gl.static_range(NXPF):
@@ -300,6 +300,19 @@ if GLUON_IMPORTED:
                         _box_prefetch(2, i * BK, wm * GW_BM + j * 64)
                     for j in gl.static_range(GW_BN // 64):
                         _box_prefetch(3, i * BK, wn * GW_BN + j * 64)
+
+    @gluon.jit
+    def _next_tile_prefetch(
+        IS_GA: gl.constexpr, t_next, n_kind, OTHER_FOLLOWS: gl.constexpr, other_lo, n_other, n_ga_m, M,
+        NXPF: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
+        GW_BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """NXPF: the program's next tile asked of L2 from a tile of the kind IS_GA says: ``t_next`` of the same kind
+        while one is left (``< n_kind``), else, where the other kind's phase follows, that kind's first tile."""
+        if t_next < n_kind:
+            _tile_prefetch(IS_GA, t_next, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+        elif OTHER_FOLLOWS and other_lo < n_other:
+            _tile_prefetch(not IS_GA, other_lo, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
 
     @gluon.jit
     def _bulk_prefetch(ptrs, sizes):
@@ -465,12 +478,8 @@ if GLUON_IMPORTED:
                                 _l2_prefetch(pf_x, M * (HID * 2), pid, nprog, 1)
                         if NXPF > 0:
                             if k0 == ga_nx:  # the program's next tile: a grad_attn one, or its first grad_weight
-                                if t + ga_step < n_ga:
-                                    _next_tile_prefetch(True, t + ga_step, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
-                                                        GW_BN, BK, GROUP)  # fmt: skip
-                                elif GA_FIRST and gw_lo < n_gw:
-                                    _next_tile_prefetch(False, gw_lo, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
-                                                        GW_BN, BK, GROUP)  # fmt: skip
+                                _next_tile_prefetch(True, t + ga_step, n_ga, GA_FIRST, gw_lo, n_gw, n_ga_m, M, NXPF,
+                                                    HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)  # fmt: skip
                         it += 1
                     nt_s += 1
             else:
@@ -506,12 +515,8 @@ if GLUON_IMPORTED:
                                 _l2_prefetch(pf_x + kf * HID, rows * (HID * 2), gw_part, gw_parts, 1)
                         if NXPF > 0:
                             if k0 == gw_nx:  # the program's next tile: a grad_weight one, or its first grad_attn
-                                if t + gw_step < n_gw:
-                                    _next_tile_prefetch(False, t + gw_step, n_ga_m, M, NXPF, HID, GA_BM, GA_BN,
-                                                        GW_BM, GW_BN, BK, GROUP)  # fmt: skip
-                                elif not GA_FIRST and ga_lo < n_ga:
-                                    _next_tile_prefetch(True, ga_lo, n_ga_m, M, NXPF, HID, GA_BM, GA_BN, GW_BM,
-                                                        GW_BN, BK, GROUP)  # fmt: skip
+                                _next_tile_prefetch(False, t + gw_step, n_gw, not GA_FIRST, ga_lo, n_ga, n_ga_m, M,
+                                                    NXPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)  # fmt: skip
                         it += 1
                     nt_s += 1
         if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
@@ -753,28 +758,22 @@ if GLUON_IMPORTED:
         return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
 
     @gluon.jit
-    def _deferred_epilogue(ga_out, gw_out, epi, out, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr):
-        """DEFER: a finished tile's epilogue, while the next tile's first MMA runs: its bf16 half-tile ``out``
-        (64 x QN) into this warpgroup's buffer once the stores before have read it, then TMA stores: ``kind`` 1 a
-        grad_attn tile (``r``: the (B*H*S, D) row of its first head, ``c``: that head), 2 a grad_weight tile (``r``,
-        ``c``: the block's row and column)."""
-        e = _epi_write(epi, out, QN)
-        _epi_stores(ga_out, gw_out, e, kind, r, c, S, HD, QN)
-
-    @gluon.jit
-    def _epi_write(epi, out, QN: gl.constexpr):
-        """DEFER: a bf16 half-tile into this warpgroup's buffer once the stores before have read it; the view."""
-        e = epi._reinterpret(out.dtype, [64, QN], epi.layout)
+    def _epi_write(e, out):
+        """DEFER: a bf16 half-tile into this warpgroup's buffer ``e`` once the stores before have read it."""
         tma.store_wait(pendings=0)
         gl.thread_barrier()
         e.store(out)
         fence_async_shared()
         gl.thread_barrier()
-        return e
 
     @gluon.jit
-    def _epi_stores(ga_out, gw_out, e, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr):
-        """DEFER: the TMA stores of a half-tile written into ``e`` (``kind``, ``r``, ``c`` as _deferred_epilogue's)."""
+    def _epi_flush(ga_out, gw_out, e, out, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr, MODE: gl.constexpr):
+        """DEFER: the finished tile's epilogue beside the next tile's first MMA (or after the program's last): with
+        MODE 1 its half-tile ``out`` written into ``e`` first (MODE 2 wrote it at the tile's end), then the TMA
+        stores: ``kind`` 1 a grad_attn tile (``r``: the (B*H*S, D) row of its first head, ``c``: that head), 2 a
+        grad_weight tile (``r``, ``c``: the block's row and column)."""
+        if MODE == 1:
+            _epi_write(e, out)
         if kind == 1:
             for j in gl.static_range(QN // HD):
                 tma.async_copy_shared_to_global(ga_out, [r + (c + j) * S, 0], e.slice(j * HD, HD, dim=1))
@@ -804,6 +803,7 @@ if GLUON_IMPORTED:
         QN: gl.constexpr = 128
         layout: gl.constexpr = _wgmma_layout(64, QN)
         dtype: gl.constexpr = ga_out.dtype
+        e = epi._reinterpret(dtype, [64, QN], epi.layout)
         it = 0
         prev = 0
         pend = 0  # the finished tile whose epilogue waits: 0 none, 1 grad_attn, 2 grad_weight
@@ -848,11 +848,7 @@ if GLUON_IMPORTED:
                     if k > 0:
                         mbarrier.arrive(empty.index(prev), count=1)
                     elif pend != 0:  # the finished tile's epilogue, beside this tile's first MMA
-                        if MODE == 1:
-                            _deferred_epilogue(ga_out, gw_out, epi, pend_out, pend, pend_r, pend_c, S, HD, QN)
-                        else:
-                            e = epi._reinterpret(dtype, [64, QN], epi.layout)
-                            _epi_stores(ga_out, gw_out, e, pend, pend_r, pend_c, S, HD, QN)
+                        _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HD, QN, MODE)
                     prev = s
                     it += 1
                 acc_n = warpgroup_mma_wait(num_outstanding=0, deps=(acc_n,))
@@ -860,16 +856,12 @@ if GLUON_IMPORTED:
                 if MODE == 1:
                     pend_out = _pinned(acc_n.to(dtype))
                 else:
-                    _epi_write(epi, acc_n.to(dtype), QN)
+                    _epi_write(e, acc_n.to(dtype))
                 pend = _tile_kind(phase, GA_FIRST)
                 pend_r = tile_r
                 pend_c = tile_c
         if pend != 0:  # the program's last tile
-            if MODE == 1:
-                _deferred_epilogue(ga_out, gw_out, epi, pend_out, pend, pend_r, pend_c, S, HD, QN)
-            else:
-                _epi_stores(ga_out, gw_out, epi._reinterpret(dtype, [64, QN], epi.layout), pend, pend_r, pend_c, S,
-                            HD, QN)  # fmt: skip
+            _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HD, QN, MODE)
         tma.store_wait(pendings=0)
 
     @gluon.jit

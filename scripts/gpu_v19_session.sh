@@ -2,11 +2,12 @@
 # One device-tool call for issue 21's Gluon sweeps (GPU machine, repository root): the Gluon variants beside v18, the
 # tile-language kernel and cuBLAS (scripts/bench_gluon_v19.py); the per-bucket winners written into GLUON_TABLE of
 # this copy (scripts/apply_gluon_selection.py); then the GPU tests and the 16-case bench on that code.
-# Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench]   (no step named: all four)
+# Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench] [confirm]   (no step named: the first four;
+# confirm: tests and bench only if the sweep's selection, $OUT/select.json, moved a bucket off its baseline)
 # Environment: SWEEP_ARGS (more arguments of the sweep: --only NAMES, --timed B,S ...), TAG (the logs' prefix,
 # default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120; scripts/gpu_v20_session.sh sets its own).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
-  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 set -u
@@ -25,6 +26,11 @@ for step in $steps; do
              && grep -n "^    [0-9]*: (GluonConfig" kernel/gluon_backward.py ;;
     tests) timeout "${TESTS_TIMEOUT:-120}" python3 -m pytest --noconftest -q -m gpu tests/kernel \
              tests/harness/test_replay_gpu.py 2>&1 | tee "$OUT/${TAG}_gpu_tests.log" | tail -n 15 ;;
+    confirm) if python3 scripts/bench_gluon_v19.py --table-changed "$OUT/select.json"; then
+               bash "$0" tests bench  # the table changed: its GPU tests and the 16 cases
+             else
+               echo "confirm: the selection kept every bucket's entry; no GPU tests, no 16 cases"
+             fi ;;
     bench) timeout 170 python3 scripts/solci_bench_direct.py --csv "$OUT/${TAG}_bench.csv" 2>&1 | grep -v -i "warn" \
              | tee "$OUT/${TAG}_bench.log" | tail -n 32 ;;
   esac

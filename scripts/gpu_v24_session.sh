@@ -51,11 +51,8 @@ if [ "${1:-}" = f ]; then
 fi
 ONLY=${V24_ONLY:-$ONLY} TIMED=${V24_TIMED:-$TIMED}
 export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed $TIMED --margin $MARGIN" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
-bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
+bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply confirm  # the GPU tests and the 16 cases if the table moved
 OUT=${OUT:-/tmp/out}
-if python3 scripts/bench_gluon_v19.py --table-changed "$OUT/select.json"; then
-  bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
-fi
 export PYTHONPATH=$PWD  # the variants traced: each kind's loop per 64-deep step, first wait, epilogue, handoffs
 timeout 90 python3 scripts/diag_gluon_timeline.py --ms $TRACE_MS --variants $TRACED --kinds both --reps 10 \
   2>&1 | grep -v -i warn | tee "$OUT/${TAG}_trace.log" | tail -n 24

@@ -44,11 +44,8 @@ if [ "${1:-}" = d ]; then
 fi
 ONLY=${V25_ONLY:-$ONLY} TIMED=${V25_TIMED:-$TIMED}
 export SWEEP_ARGS="--only $ONLY --budget-s 220 --timed $TIMED --margin 0.005" TAG SWEEP_TIMEOUT=300 TESTS_TIMEOUT=100
-bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply
+bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply confirm  # the GPU tests and the 16 cases if the table moved
 OUT=${OUT:-/tmp/out}
-if python3 scripts/bench_gluon_v19.py --table-changed "$OUT/select.json"; then
-  bash "$(dirname "$0")/gpu_v19_session.sh" tests bench  # the table changed: its GPU tests and the 16 cases
-fi
 [ -n "$TRACED" ] || exit 0
 export PYTHONPATH=$PWD  # the variants traced: each kind's loop per 64-deep step, first wait, epilogue, handoffs
 timeout 80 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants $TRACED --kinds both \

@@ -14,12 +14,18 @@ from tests.support import PROJECT
 H200_SHARED_MAX = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
 
 
-def ptxas_present() -> bool:
+def _bundled_ptxas() -> Path | None:
+    """Triton's own ptxas (the one its compiler runs), or None where Triton is not installed."""
     try:
         import triton  # here, not at the top: a test module imports this where triton may be absent
     except ImportError:
-        return False
-    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+        return None
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+def ptxas_present() -> bool:
+    tool = _bundled_ptxas()
+    return tool is not None and tool.exists()
 
 
 def cuda_env(**extra: str) -> dict[str, str]:
@@ -40,9 +46,7 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
     C7511/C7514 (every wgmma serialised) or C7517 (a wait injected to read an accumulator). Raises if it fails."""
     import tempfile
 
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    tool = _bundled_ptxas()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
