@@ -30,6 +30,8 @@ stages start empty by parity (no arrivals at init, 5 warpgroup barriers before t
 off in the table, kernel/NOTES.md item 26): ``tmap_prefetch`` and ``next_prefetch`` (the descriptors, and the next
 tile's first K-steps into L2, by inline PTX naming the host-descriptor entry's parameters), ``epi_defer`` (the
 epilogue beside the next tile's first MMA, ``_consumer_defer``) and ``serpentine`` (every other tile walked back).
+v27 (off in the table, item 27): ``epi_global``, the epilogue stored from registers (``_store_half``, no shared
+buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -147,6 +149,10 @@ class GluonConfig:
     # v26: every other tile of a program walks its K-steps from the last back (the loader alone: the consumers take
     # the stages in order whatever they hold), so that a tile's first loads read the rows its predecessor read last
     serpentine: bool = False
+    # v27: the cooperative epilogue stored from registers (``st.global`` in the accumulator's layout, no shared
+    # buffers: 32 KB freed, so a 7th stage of 128x128 blocks fits): 1 at the tile's end, 2 beside the next tile's
+    # first MMA (``_consumer_defer``); host descriptors for the loads, the outputs' plain pointers for the stores
+    epi_global: int = 0
 
     def __post_init__(self) -> None:
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
@@ -162,6 +168,22 @@ class GluonConfig:
             )
         ):
             raise ValueError("epi_defer 0-2: cooperative 128x128 tiles of both kinds (no epi_hold, ping-pong, halves)")
+        if self.epi_global not in (0, 1, 2) or (
+            self.epi_global
+            and (
+                self.epi_hold
+                or self.pingpong
+                or self.halves
+                or self.epi_defer
+                or not self.host_desc
+                or self.bk != 64
+                or (self.ga_bm, self.ga_bn, self.gw_bn) != (128, 128, 128)
+            )
+        ):
+            raise ValueError(
+                "epi_global 0-2: cooperative 128x128 tiles of both kinds, host descriptors, bk 64 (no epi_hold, "
+                "ping-pong, halves, epi_defer)"
+            )
         if self.serpentine and (self.k_rotate or self.next_prefetch or self.l2_prefetch):
             raise ValueError("serpentine: not with k_rotate or the prefetches (they assume tiles walked forwards)")
         if self.next_prefetch not in range(5) or self.np_distance < 1 or (self.next_prefetch and self.k_rotate):
@@ -578,6 +600,23 @@ if GLUON_IMPORTED:
         gl.thread_barrier()
 
     @gluon.jit
+    def _store_half(out_ptr, out, kind, r, c, S, HID: gl.constexpr, HD: gl.constexpr):
+        """EPI_G: a warpgroup's bf16 half-tile ``out`` (64 rows, in the accumulator's layout) stored from its
+        registers: ``kind`` 1 grad_attn_output (``r``: the (B*H*S, D) row of the half's first row in head 0, ``c``:
+        the head of its first column; column j is head c + j // HD, d = j % HD), 2 grad_weight (row ``r``, column
+        ``c``)."""
+        layout: gl.constexpr = out.type.layout
+        WM: gl.constexpr = out.type.shape[0]
+        WN: gl.constexpr = out.type.shape[1]
+        rows = gl.arange(0, WM, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, WN, layout=gl.SliceLayout(0, layout))
+        if kind == 1:
+            offs = (r + rows)[:, None] * HD + ((c + cols // HD) * S * HD + cols % HD)[None, :]
+        else:
+            offs = (r + rows)[:, None] * HID + (c + cols)[None, :]
+        gl.store(out_ptr + offs, out)
+
+    @gluon.jit
     def _release_held(empty, prev, it, REL: gl.constexpr = 1):
         """EPI_HOLD: the stage ``prev`` (the previous tile's last) held the epilogue; once its TMA stores have read
         it, hand it back to the loader (``REL`` arrivals). Nothing is held before the first tile (it == 0)."""
@@ -597,6 +636,7 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
         HOLD_REL: gl.constexpr = 1,
         NSPLIT: gl.constexpr = 1,
+        EPI_G: gl.constexpr = 0,
     ):  # fmt: skip
         """Cooperative: warpgroup WG (0 or 1) runs its half of every tile's MMAs, then its half of the epilogue,
         into its own buffer ``epi`` or (EPI_HOLD) into its part of the tile's last stage (WG 0 the A bytes, WG 1
@@ -613,7 +653,7 @@ if GLUON_IMPORTED:
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
-        dtype: gl.constexpr = ga_out.dtype
+        dtype: gl.constexpr = a_ring.dtype  # (EPI_G: ga_out and gw_out are the outputs' pointers)
         # grad_attn: a 128-row tile is split by rows, a 64-row one by columns.
         GA_SPLIT_M: gl.constexpr = GA_BM >= 128
         GA_WM: gl.constexpr = GA_BM // 2 if GA_SPLIT_M else GA_BM
@@ -682,16 +722,19 @@ if GLUON_IMPORTED:
                         epi_ga = hold_ring.index(prev)._reinterpret(dtype, [GA_WM, GA_WN], hold_ring.layout)
                     else:
                         mbarrier.arrive(empty.index(prev), count=1)
-                        epi_ga = epi._reinterpret(dtype, [GA_WM, GA_QN], epi.layout)
-                        tma.store_wait(0)  # the previous tile's store has left the buffer
-                        gl.thread_barrier()
+                        if not EPI_G:
+                            epi_ga = epi._reinterpret(dtype, [GA_WM, GA_QN], epi.layout)
+                            tma.store_wait(0)  # the previous tile's store has left the buffer
+                            gl.thread_barrier()
                     nt += 1
                     # Epilogue: this warpgroup's rows r0.. of the tile, columns c0.. (whole heads of HD columns).
                     r0 = off_m + WG * GA_WM * GA_SPLIT_M
                     c0 = off_n + WG * GA_WN * (1 - GA_SPLIT_M)
                     b0 = r0 // S
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
-                    for q in gl.static_range(NSPLIT):  # NSPLIT passes through the buffer, one per accumulator
+                    if EPI_G:
+                        _store_half(ga_out, acc.to(dtype), 1, row0, c0 // HD, S, HID, HD)
+                    for q in gl.static_range(NSPLIT * (1 - EPI_G)):  # passes through the buffer, one an accumulator
                         _epilogue_pass(epi_ga, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GA_QN // HD):
                             h = c0 // HD + q * (GA_QN // HD) + j
@@ -733,11 +776,14 @@ if GLUON_IMPORTED:
                         epi_gw = hold_ring.index(prev)._reinterpret(dtype, [GW_WM, GW_BN], hold_ring.layout)
                     else:
                         mbarrier.arrive(empty.index(prev), count=1)
-                        epi_gw = epi._reinterpret(dtype, [GW_WM, GW_QN], epi.layout)
-                        tma.store_wait(0)
-                        gl.thread_barrier()
+                        if not EPI_G:
+                            epi_gw = epi._reinterpret(dtype, [GW_WM, GW_QN], epi.layout)
+                            tma.store_wait(0)
+                            gl.thread_barrier()
                     nt += 1
-                    for q in gl.static_range(NSPLIT):
+                    if EPI_G:
+                        _store_half(gw_out, acc.to(dtype), 2, off_o + WG * GW_WM, off_i, S, HID, HD)
+                    for q in gl.static_range(NSPLIT * (1 - EPI_G)):
                         _epilogue_pass(epi_gw, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GW_QN // 64):
                             col = off_i + q * GW_QN + j * 64
@@ -745,6 +791,11 @@ if GLUON_IMPORTED:
                                 gw_out, [off_o + WG * GW_WM, col], epi_gw.slice(j * 64, 64, dim=1)
                             )
         tma.store_wait(0)
+
+    @gluon.constexpr_function
+    def _defer_mode(defer: int, epi_g: int) -> int:
+        """_consumer_defer's MODE: ``epi_defer``'s, or 3 for ``epi_global`` 2 (the stores from registers)."""
+        return 3 if epi_g == 2 else defer
 
     @gluon.constexpr_function
     def _tile_kind(phase: int, ga_first: bool) -> int:
@@ -767,14 +818,22 @@ if GLUON_IMPORTED:
         gl.thread_barrier()
 
     @gluon.jit
-    def _epi_flush(ga_out, gw_out, e, out, kind, r, c, S, HD: gl.constexpr, QN: gl.constexpr, MODE: gl.constexpr):
+    def _epi_flush(
+        ga_out, gw_out, e, out, kind, r, c, S, HID: gl.constexpr, HD: gl.constexpr, QN: gl.constexpr, MODE: gl.constexpr
+    ):
         """DEFER: the finished tile's epilogue beside the next tile's first MMA (or after the program's last): with
         MODE 1 its half-tile ``out`` written into ``e`` first (MODE 2 wrote it at the tile's end), then the TMA
         stores: ``kind`` 1 a grad_attn tile (``r``: the (B*H*S, D) row of its first head, ``c``: that head), 2 a
-        grad_weight tile (``r``, ``c``: the block's row and column)."""
+        grad_weight tile (``r``, ``c``: the block's row and column); MODE 3 (``epi_global`` 2) stores ``out`` from
+        registers into the outputs' pointers (then ``ga_out``, ``gw_out``) instead."""
         if MODE == 1:
             _epi_write(e, out)
-        if kind == 1:
+        if MODE == 3:
+            if kind == 1:
+                _store_half(ga_out, out, 1, r, c, S, HID, HD)
+            else:
+                _store_half(gw_out, out, 2, r, c, S, HID, HD)
+        elif kind == 1:
             for j in gl.static_range(QN // HD):
                 tma.async_copy_shared_to_global(ga_out, [r + (c + j) * S, 0], e.slice(j * HD, HD, dim=1))
         else:
@@ -802,8 +861,11 @@ if GLUON_IMPORTED:
         gl.static_assert(GA_BM == 128 and GA_BN == 128 and GW_BN == 128, "deferred epilogue: 128 x 128 tiles")
         QN: gl.constexpr = 128
         layout: gl.constexpr = _wgmma_layout(64, QN)
-        dtype: gl.constexpr = ga_out.dtype
-        e = epi._reinterpret(dtype, [64, QN], epi.layout)
+        dtype: gl.constexpr = a_ring.dtype  # (MODE 3: ga_out and gw_out are the outputs' pointers)
+        if MODE == 3:  # no shared buffer (epi is a placeholder)
+            e = epi
+        else:
+            e = epi._reinterpret(dtype, [64, QN], epi.layout)
         it = 0
         prev = 0
         pend = 0  # the finished tile whose epilogue waits: 0 none, 1 grad_attn, 2 grad_weight
@@ -848,12 +910,12 @@ if GLUON_IMPORTED:
                     if k > 0:
                         mbarrier.arrive(empty.index(prev), count=1)
                     elif pend != 0:  # the finished tile's epilogue, beside this tile's first MMA
-                        _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HD, QN, MODE)
+                        _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HID, HD, QN, MODE)
                     prev = s
                     it += 1
                 acc_n = warpgroup_mma_wait(num_outstanding=0, deps=(acc_n,))
                 mbarrier.arrive(empty.index(prev), count=1)
-                if MODE == 1:
+                if MODE != 2:
                     pend_out = _pinned(acc_n.to(dtype))
                 else:
                     _epi_write(e, acc_n.to(dtype))
@@ -861,7 +923,7 @@ if GLUON_IMPORTED:
                 pend_r = tile_r
                 pend_c = tile_c
         if pend != 0:  # the program's last tile
-            _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HD, QN, MODE)
+            _epi_flush(ga_out, gw_out, e, pend_out, pend, pend_r, pend_c, S, HID, HD, QN, MODE)
         tma.store_wait(pendings=0)
 
     @gluon.jit
@@ -887,7 +949,7 @@ if GLUON_IMPORTED:
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
-        dtype: gl.constexpr = ga_out.dtype
+        dtype: gl.constexpr = a_ring.dtype  # (EPI_G: ga_out and gw_out are the outputs' pointers)
         GA_TWO: gl.constexpr = GA_BM == 128  # a 128-row grad_attn tile: two accumulators of 64 rows
         ga_layout: gl.constexpr = _wgmma_layout(64, GA_BN)
         gw_layout: gl.constexpr = _wgmma_layout(64, GW_BN)
@@ -1016,7 +1078,8 @@ if GLUON_IMPORTED:
                        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                        PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                       NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
+                       NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr,
+                       EPI_G: gl.constexpr):  # fmt: skip
         if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
             mbarrier.wait(sync.index(3), 0)
         if PINGPONG == 1:
@@ -1032,12 +1095,14 @@ if GLUON_IMPORTED:
                 _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
                           HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL,
                           NSPLIT)  # fmt: skip
-        elif DEFER > 0:
+        elif DEFER > 0 or EPI_G == 2:
             _consumer_defer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, M, S, n_ga_m, P_GA, GA_FIRST,
-                            HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, DEFER)  # fmt: skip
+                            HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP,
+                            _defer_mode(DEFER, EPI_G))  # fmt: skip
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL, NSPLIT)  # fmt: skip
+                      NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL, NSPLIT,
+                      EPI_G)  # fmt: skip
 
     @gluon.jit
     def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1045,10 +1110,10 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1056,10 +1121,10 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1102,7 +1167,8 @@ if GLUON_IMPORTED:
         gw_out = tma.make_tensor_descriptor(gw_ptr, [HID, HID], [HID, 1], [GW_BM // 2, 64], lay)
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
-                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY, False, 0, 4, 0, False)  # fmt: skip
+                    NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY, False, 0, 4, 0, False, 0, ga_ptr,
+                    gw_ptr)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -1124,15 +1190,18 @@ if GLUON_IMPORTED:
         NX_D: gl.constexpr = 4,
         DEFER: gl.constexpr = 0,
         SERP: gl.constexpr = False,
+        EPI_G: gl.constexpr = 0,
+        ga_ptr=None, gw_ptr=None,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
         pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches; TMPF and NXPF (v25) name
-        its descriptors' parameters (HOST_DESC_ENTRY)."""
+        its descriptors' parameters (HOST_DESC_ENTRY); with EPI_G (v27), the outputs' plain pointers too (``ga_ptr``:
+        grad_attn_output, ``gw_ptr``: grad_weight), for the consumers' stores from registers."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
-                    SERP)  # fmt: skip
+                    SERP, EPI_G, ga_ptr, gw_ptr)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -1144,7 +1213,7 @@ if GLUON_IMPORTED:
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
         LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
-        SERP: gl.constexpr,
+        SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -1169,6 +1238,9 @@ if GLUON_IMPORTED:
             # the epilogue goes into a held ring stage: 64 rows of up to A_COLS (B_COLS) columns per part
             gl.static_assert(BK == 64 and EPI_COLS <= A_COLS and EPI_COLS <= B_COLS, "an epilogue part fits a stage")
             gl.static_assert(GA_BN <= A_COLS and GA_BN <= B_COLS, "a ping-pong grad_attn half fits a stage part")
+            epi0 = a_ring
+            epi1 = b_ring
+        elif EPI_G:  # the consumers store from registers: no buffers (the rings stand in for them)
             epi0 = a_ring
             epi1 = b_ring
         else:
@@ -1198,15 +1270,21 @@ if GLUON_IMPORTED:
                     mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
             for i in gl.static_range(STAGES, 3):  # fewer than three stages
                 mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
+        if EPI_G:  # the consumers' outputs: the plain pointers in place of the descriptors
+            c_ga = ga_ptr
+            c_gw = gw_ptr
+        else:
+            c_ga = ga_out
+            c_gw = gw_out
         # (the argument tuples are written out: a tuple held in a variable loses its constexprs)
         gl.warp_specialize(
             [
-                (_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                (_consumer0, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)),
-                (_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)),
+                (_consumer1, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
@@ -1281,6 +1359,8 @@ def launch_arguments(
         constexprs["DEFER"] = cfg.epi_defer
     if cfg.serpentine:
         constexprs["SERP"] = True
+    if cfg.epi_global:
+        constexprs.update(EPI_G=cfg.epi_global, ga_ptr=ga, gw_ptr=gw)
     return args, constexprs
 
 

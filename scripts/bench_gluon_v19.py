@@ -196,6 +196,12 @@ def variants() -> dict[str, tuple[int, object]]:
     out["pp7lzsrp_256"] = (256, replace(lz[256], serpentine=True))
     for m in (4096, 8192):
         out[f"w256s3srp_{m}"] = (m, replace(w256, serpentine=True))
+    # v27: the cooperative epilogue stored from registers (epi_global: no shared buffers, so a 7th stage fits), at
+    # the tile's end (eg1) or beside the next tile's first MMA (eg2), at the table's depth and with the 7th stage
+    for m in (512, 1024, 2048):
+        for mode in (1, 2):
+            for st in (6, 7):
+                out[f"eg{mode}s{st}_{m}"] = (m, replace(lz[m], epi_global=mode, stages=st))
     for m in (4096, 8192):
         out[f"w256s3tp_{m}"] = (m, replace(w256, tmap_prefetch=True))
         out[f"w256s3tpnp1d2_{m}"] = (m, replace(w256, tmap_prefetch=True, next_prefetch=1, np_distance=2))

@@ -28,8 +28,10 @@ from pathlib import Path
 # a tile's record: its start (before a ping-pong turn wait), its first MMA wait's start, its first stage ready, its K
 # loop's end (every MMA retired), its epilogue's end (stores issued; ping-pong: the held stage released), all
 # %globaltimer ns; %smid, the warpgroup, the kind (KINDS); and (v25, warpgroup 0's record only, written by the loader)
-# the time the loader passed its empty wait for the tile's first stage and issues its loads
-FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind", "issue")
+# the time the loader passed its empty wait for the tile's first stage and issues its loads; (v27) the SM's
+# %clock64 at the first MMA wait's start and at the K loop's end (their ratio to the timer's: the SM clock in the loop)
+# and the clocks the warpgroup spent in the K loop's waits for its stages' data
+FIELDS = ("start", "wait", "ready", "kend", "epi", "sm", "wg", "kind", "issue", "cwait", "ckend", "waited")
 MAX_TILES = 16  # tile slots per program (the plans of M <= 2048 run at most 4 tiles a program)
 # one more slot per lane (program * 2 + warpgroup) after the tiles': the program's record, its entry stamped in
 # field "start" of warpgroup 0's (before the barriers' init), each consumer warpgroup's exit in field "epi" of its
@@ -61,7 +63,17 @@ VARIANTS: dict[str, dict] = {
     "tpnp2": {"tmap_prefetch": True, "next_prefetch": 2, "np_distance": 4},  # v25: and the next tile's first 2 steps
     "tpnp3": {"tmap_prefetch": True, "next_prefetch": 3, "np_distance": 8},
     "srp": {"serpentine": True},  # v26: every other tile of a program walked from its last K-step back
+    "eg6": {"epi_global": 1},  # v27: the epilogue stored from registers at the tile's end (no shared buffers)
+    "eg7": {"epi_global": 1, "stages": 7},  # the same with the 7th stage the buffers' 32 KB make room for
+    # v27 diagnostics, the table's entry with part of its cooperative epilogue taken out of the traced copy (its
+    # outputs are then wrong: the check says so, the timing is what they are for): no TMA stores, no shared-memory
+    # writes (stmatrix), neither
+    "nost": {},
+    "nosm": {},
+    "noepi": {},
 }
+# the diagnostics' rewrites of the traced copy (DIAG_EPI bits: 1 no TMA stores, 2 no stmatrix)
+DIAG = {"nost": 1, "nosm": 2, "noepi": 3}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -97,7 +109,13 @@ _HELPERS = f'''
         return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
 
     @gluon.jit
-    def _trace_tile(trace_ptr, WG: gl.constexpr, slot, KIND: gl.constexpr, t_start, t_wait, t_ready, t_kend):
+    def _trace_clock():
+        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _trace_tile(
+        trace_ptr, WG: gl.constexpr, slot, KIND: gl.constexpr, t_start, t_wait, t_ready, t_kend, c_wait, c_kend, waited
+    ):
         """The end of a tile's epilogue: its record, written by one thread (scalar stores)."""
         t_epi = _trace_now()
         sm = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
@@ -111,6 +129,9 @@ _HELPERS = f'''
             gl.store(rec + 5, sm.to(gl.int64))
             gl.store(rec + 6, gl.to_tensor(WG).to(gl.int64))
             gl.store(rec + 7, gl.to_tensor(KIND).to(gl.int64))
+            gl.store(rec + {FIELDS.index("cwait")}, c_wait)
+            gl.store(rec + {FIELDS.index("ckend")}, c_kend)
+            gl.store(rec + {FIELDS.index("waited")}, waited)
 
     @gluon.jit
     def _trace_issue(trace_ptr, slot):
@@ -118,7 +139,7 @@ _HELPERS = f'''
         first stage is free and its loads leave now."""
         if slot < {MAX_TILES}:
             rec = trace_ptr + ((gl.program_id(0) * 2) * {SLOTS} + slot) * {len(FIELDS)}
-            gl.store(rec + {len(FIELDS) - 1}, _trace_now())
+            gl.store(rec + {FIELDS.index("issue")}, _trace_now())
 
     @gluon.jit
     def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
@@ -144,8 +165,13 @@ def _sub(src: str, anchor: str, new: str, count: int = 1) -> str:
     return re.sub(anchor, new, src, flags=re.M)
 
 
-def traced_source(src: str) -> str:
-    """kernel/gluon_backward.py's text with the per-tile stamps (AnchorError where an anchor is missing)."""
+# the stamps every _trace_tile call passes after the tile's start (the cooperative: its first MMA wait's)
+RECORD = "t_wait, t_ready, t_kend, c_wait, c_kend, waited)\n"
+
+
+def traced_source(src: str, diag: int = 0) -> str:
+    """kernel/gluon_backward.py's text with the per-tile stamps (AnchorError where an anchor is missing); ``diag``
+    (DIAG's bits) takes the cooperative epilogue's TMA stores (1) or its shared-memory writes (2) out."""
     stamp = "_trace_now()"
     src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
     # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
@@ -164,14 +190,24 @@ def traced_source(src: str) -> str:
     src = _sub(src, r"^( +)acc = gl\.zeros\(\[G[AW]_WM, .*\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
     src = _sub(src, r"^( +)if nt % 2 == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
     src = _sub(src, r"^( +)prev2 = 0\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
-    src = _sub(src, r"^( +)t_wait = _trace_now\(\)\n", r"\g<0>\1t_ready = t_wait\n", count=4)
+    src = _sub(
+        src,
+        r"^( +)t_wait = _trace_now\(\)\n",
+        r"\g<0>\1t_ready = t_wait\n\1c_wait = _trace_clock()\n\1waited = c_wait - c_wait\n",
+        count=4,
+    )
     src = _sub(
         src,
         r"^( +)mbarrier\.wait\(ready\.index\(s\), \(it // STAGES\) & 1\)\n",
-        rf"\g<0>\1if k == 0:\n\1    t_ready = {stamp}\n",
+        rf"\1w_0 = _trace_clock()\n\g<0>\1waited += _trace_clock() - w_0\n\1if k == 0:\n\1    t_ready = {stamp}\n",
         count=4,
     )
-    src = _sub(src, r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n", rf"\g<0>\1t_kend = {stamp}\n", count=7)
+    src = _sub(
+        src,
+        r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n",
+        rf"\g<0>\1t_kend = {stamp}\n\1c_kend = _trace_clock()\n",
+        count=7,
+    )
     # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
     src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
     # where the prologue goes (v24): the barriers' init done, the loader partition's start, consumer 0's start
@@ -182,30 +218,50 @@ def traced_source(src: str) -> str:
     src = _sub(
         src,
         r"^( +)    tma\.async_copy_shared_to_global\(ga_out, \[row0 \+ h \* S, 0\], epi_ga\..*\n",
-        r"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 0, t_wait, t_wait, t_ready, t_kend)\n",
+        rf"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 0, t_wait, {RECORD}",
     )
     src = _sub(
         src,
         r"^( +)    tma\.async_copy_shared_to_global\(\n.*epi_gw\.slice\(j \* 64, 64, dim=1\)\n +\)\n(?=        tma\.)",
-        r"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 1, t_wait, t_wait, t_ready, t_kend)\n",
+        rf"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 1, t_wait, {RECORD}",
     )
+    # ... or (v27, epi_global 1) after its stores from registers are issued
+    for kind, out in enumerate(("ga_out", "gw_out")):
+        src = _sub(
+            src,
+            rf"^( +)_store_half\({out}, acc\.to\(dtype\), .*\n",
+            rf"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, {kind}, t_wait, {RECORD}",
+        )
     # ... ping-pong once its held stage is released (the program's tile nt)
     for kind, steps in enumerate(("ga_steps", "gw_steps")):
         src = _sub(
             src,
             rf"^( +)_release_held\(empty, prev, 1, REL\)\n(?= +else:\n +it \+= {steps}\n)",
-            rf"\g<0>\1_trace_tile(trace_ptr, WG, nt, {kind}, t_start, t_wait, t_ready, t_kend)\n",
+            rf"\g<0>\1_trace_tile(trace_ptr, WG, nt, {kind}, t_start, {RECORD}",
         )
     src = _sub(src, r"^(        )tma\.store_wait\(0\)\n", r"\g<0>\1_trace_program(trace_ptr, WG, 4)\n", count=2)
+    if diag & 1:  # the cooperative epilogue's TMA stores (one of grad_attn's heads, one of grad_weight's blocks)
+        src = _sub(
+            src, r"^( +)(tma\.async_copy_shared_to_global\(ga_out, \[row0 \+ h \* S, 0\], epi_ga\..*)$", r"\1pass  # \2"
+        )
+        src = _sub(
+            src,
+            r"^( +)tma\.async_copy_shared_to_global\(\n +gw_out, \[off_o \+ WG \* GW_WM, col\].*\n +\)\n",
+            r"\1pass\n",
+        )
+    if diag & 2:  # its accumulator's bf16 copy into the shared buffer
+        src = _sub(src, r"^( +)epi\.store\(acc(_hi)?\.to\(dtype\)\)$", r"\1pass", count=2)
     return src
 
 
-def traced_module():
-    """The traced copy, imported from a temporary file: Gluon reads a kernel's source from its module's file, so
-    the rewritten text must be a real module (hence importlib: there is no package to import it from)."""
-    path = Path(tempfile.mkdtemp()) / "gluon_backward_traced.py"
-    path.write_text(traced_source(Path(gb.__file__).read_text()))
-    spec = importlib.util.spec_from_file_location("gluon_backward_traced", path)
+def traced_module(diag: int = 0):
+    """The traced copy (``diag``: traced_source's), imported from a temporary file: Gluon reads a kernel's source
+    from its module's file, so the rewritten text must be a real module (hence importlib: there is no package to
+    import it from)."""
+    name = f"gluon_backward_traced{diag or ''}"
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(traced_source(Path(gb.__file__).read_text(), diag))
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -282,7 +338,8 @@ def trace_runs(
 # issue of a tile's first stage from the program's previous tile's last MMA retired (negative: before it), that
 # stage's latency (its issue to its arrival, as the consumers saw it), the span
 COLUMNS = (("tiles", "tiles/WG"), ("loop", "loop/step"), ("first", "1st wait"), ("turn", "turn"), ("epi", "epilogue"))
-COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("issue", "issue-kend"), ("lat", "1st latency"), ("span", "span"))
+COLUMNS += (("gap", "gap"), ("handoff", "handoff"), ("issue", "issue-kend"), ("lat", "1st latency"), ("mhz", "MHz"))
+COLUMNS += (("waits", "K-loop waits %"), ("span", "span"))
 
 
 def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
@@ -298,9 +355,12 @@ def summarise(trace: torch.Tensor, m: int) -> dict[int, dict[str, float]]:
         mine = [(slot, r) for slot, r in enumerate(slots) if r[0]]  # this warpgroup's tiles, in order
         for kind, n in Counter(r[7] for _, r in mine).items():
             acc[kind]["tiles"].append(n)
-        for i, (slot, (start, wait, ready, kend, epi, _, _, kind, issue)) in enumerate(mine):
+        for i, (slot, (start, wait, ready, kend, epi, _, _, kind, issue, cwait, ckend, waited)) in enumerate(mine):
             a = acc[kind]
             a["loop"].append((kend - wait) / steps[kind] / 1e3)
+            if ckend > cwait and kend > wait:  # the SM's clock over the K loop (%clock64 per %globaltimer us)
+                a["mhz"].append((ckend - cwait) / (kend - wait) * 1e3)
+                a["waits"].append(100 * waited / (ckend - cwait))  # the loop's clocks spent waiting for data
             a["first"].append((ready - wait) / 1e3)
             a["turn"].append((wait - start) / 1e3)
             a["epi"].append((epi - kend) / 1e3)
@@ -354,6 +414,28 @@ def outside(trace: torch.Tensor) -> dict[str, float]:
         "kernel": float(exits[ok].max() - entry[ok].min()) / 1e3,
         "tiles": float(last[ok].max() - first[ok].min()) / 1e3,
     }
+
+
+def skew(trace: torch.Tensor) -> dict[str, float]:
+    """One launch, why its span exceeds a program's (v27): the programs' entries after the first one's, their spans
+    (entry to the later warpgroup's exit) and exits after the first entry, as percentiles (us), and ``late``: the SMs
+    of the four programs that exit last."""
+    lanes = trace.view(-1, 2, SLOTS, len(FIELDS))
+    prog = lanes[:, :, PROGRAM_SLOT]
+    entry, exits = prog[:, 0, 0], prog[:, :, 4].max(dim=1).values
+    ok = (entry != 0) & (exits != 0)
+    if not bool(ok.any()):
+        return {}
+    entry, exits, sms = entry[ok], exits[ok], lanes[ok][:, 0, 0, FIELDS.index("sm")]
+    first = entry.min()
+    q = torch.tensor([0.5, 0.9, 1.0], dtype=torch.float64)
+    out = {}
+    for what, v in (("entry", entry - first), ("span", exits - entry), ("exit", exits - first)):
+        p50, p90, top = (torch.quantile(v.double(), q) / 1e3).tolist()
+        out.update({f"{what} p50": p50, f"{what} p90": p90, f"{what} max": top})
+    out["span min"] = float((exits - entry).min()) / 1e3
+    out["late"] = sms[exits.argsort(descending=True)[:4]].tolist()
+    return out
 
 
 def compact(trace: torch.Tensor) -> torch.Tensor:
@@ -412,11 +494,23 @@ def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, sa
             f"loader {cell['loader']:.2f}, consumer {cell['consumer']:.2f}, first stage {cell['data']:.2f} |",
             flush=True,
         )
+        sk = [skew(t) for t in traces]
+        if sk and sk[0]:
+            med = {c: statistics.median(k[c] for k in sk) for c in sk[0] if c != "late"}
+            print(
+                f"| {name} | {kind}: skew | entry after the first p50/p90/max {med['entry p50']:.2f} / "
+                f"{med['entry p90']:.2f} / {med['entry max']:.2f} | span min/p50/p90/max {med['span min']:.2f} / "
+                f"{med['span p50']:.2f} / {med['span p90']:.2f} / {med['span max']:.2f} | exit p50/p90/max "
+                f"{med['exit p50']:.2f} / {med['exit p90']:.2f} / {med['exit max']:.2f} | last to exit (SM), three "
+                f"launches: {[k['late'] for k in sk[:3]]} |",
+                flush=True,
+            )
         saved[f"{m}/{name}/{kind}/programs"] = [t.view(-1, 2, SLOTS, len(FIELDS))[:, :, PROGRAM_SLOT] for t in traces]
 
 
-def part_trace(tm, args: argparse.Namespace, device) -> None:
+def part_trace(args: argparse.Namespace, device) -> None:
     saved: dict[str, list[torch.Tensor]] = {}
+    modules = {diag: traced_module(diag) for diag in {DIAG.get(n, 0) for n in args.variants.split(",")}}
     for m in args.ms:
         l2 = "warm L2 (no flush)" if args.warm else "L2 flushed"
         print(
@@ -427,6 +521,7 @@ def part_trace(tm, args: argparse.Namespace, device) -> None:
         print(head + "\n|" + "---|" * (head.count("|") - 1), flush=True)
         for name in args.variants.split(","):
             try:
+                tm = modules[DIAG.get(name, 0)]
                 trace_variant(tm, name, m, args.kinds.split(","), args.reps, device, saved, args.warm)
             except Exception as exc:  # one variant failing must not cost the others
                 print(f"| {name} | failed | {type(exc).__name__}: {str(exc)[:300]} |", flush=True)
@@ -438,7 +533,7 @@ def compile_only(ms: list[int], names: list[str]) -> int:
     """The traced copy compiled for sm_90 on this host (no GPU): per M and variant, one line of figures."""
     from diag_gluon import _resource_usage, compile_for  # scripts/ is on the path when this runs as a script
 
-    tm = traced_module()
+    modules = {diag: traced_module(diag) for diag in {DIAG.get(n, 0) for n in names}}
     trace = torch.zeros(132 * 2 * SLOTS * len(FIELDS), dtype=torch.int64)
     for m in ms:
         s = min(128, m)
@@ -451,12 +546,13 @@ def compile_only(ms: list[int], names: list[str]) -> int:
             if cfg is None:
                 print(f"M={m} {name}: no Gluon table entry for this shape")
                 continue
-            _, k = compile_for(m, s, cfg, module=tm, extra={"trace_ptr": trace})
+            _, k = compile_for(m, s, cfg, module=modules[DIAG.get(name, 0)], extra={"trace_ptr": trace})
             ptx = k.asm["ptx"]
             print(
                 f"M={m} {name} traced: shared {k.metadata.shared} B, {_resource_usage(k.asm['cubin'])}, "
                 f"globaltimer {ptx.count('%globaltimer')}, smid {ptx.count('%smid')}, "
-                f"st.global {ptx.count('st.global')}, wgmma {ptx.count('wgmma.mma_async')}",
+                f"st.global {ptx.count('st.global')}, wgmma {ptx.count('wgmma.mma_async')}, "
+                f"tma_store {ptx.count('cp.async.bulk.tensor.2d.global.shared')}, stmatrix {ptx.count('stmatrix')}",
                 flush=True,
             )
     return 0
@@ -474,7 +570,7 @@ def main(args: argparse.Namespace) -> int:
     device = torch.device("cuda")
     print(f"GPU {torch.cuda.get_device_name(device)}, fields {FIELDS}", flush=True)
     if "trace" in args.parts.split(","):
-        part_trace(traced_module(), args, device)
+        part_trace(args, device)
     return 0
 
 

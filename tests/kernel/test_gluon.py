@@ -95,6 +95,7 @@ def test_table_lines_are_the_selection_writers() -> None:
             128, 128, 128, 128, stages=6, host_desc=True, tmap_prefetch=True, next_prefetch=2, np_distance=8
         ),
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, epi_defer=2, serpentine=True),
+        gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=2),
     ):
         entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
         assert all(len(line) <= 120 for line in entry.splitlines())
@@ -279,6 +280,51 @@ def test_deferred_epilogue_and_serpentine_are_checked() -> None:
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
+
+
+def test_the_epilogue_from_registers_is_checked() -> None:
+    """``epi_global`` (v27) is 0, 1 (stores from registers at the tile's end) or 2 (beside the next tile's first
+    MMA), on cooperative 128x128 tiles of both kinds with host descriptors and K-steps of 64; not with the other
+    epilogues (the held stage, ping-pong, two passes, the deferred one). Anything else is refused."""
+    for mode in (1, 2):
+        cfg = gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=mode)
+        assert cfg.epi_global == mode
+    for bad, word in (
+        ({"epi_global": 3}, "epi_global"),
+        ({"epi_global": 1, "host_desc": False}, "epi_global"),
+        ({"epi_global": 1, "ga_bm": 64}, "epi_global"),
+        ({"epi_global": 1, "gw_bn": 256}, "epi_global"),
+        ({"epi_global": 1, "bk": 32, "stages": 12}, "epi_global"),
+        ({"epi_global": 1, "epi_hold": True, "stages": 7}, "epi_global"),
+        ({"epi_global": 2, "pingpong": True}, "epi_global"),
+        ({"epi_global": 1, "epi_defer": 1}, "epi_global"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_seventh_stage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """v27: with ``epi_global`` the consumers store their bf16 half-tiles with ``st.global`` (four-byte pairs of
+    the accumulator's layout) and issue no TMA store and no ``stmatrix``, so the epilogue buffers go and a 7th stage
+    of 128x128 blocks fits an SM's shared memory; no spill, no advisory that the wgmma pipeline is serialised."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_for
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    for mode in (1, 2):
+        k = compile_for(1024, 128, replace(cfg, epi_global=mode, stages=7))[1]
+        ptx = k.asm["ptx"]
+        assert "cp.async.bulk.tensor.2d.global.shared" not in ptx and "stmatrix" not in ptx, mode
+        assert len(re.findall(r"st\.global\.b32", ptx)) >= 4 * 32, mode  # 32 pairs a thread, each kind, each warpgroup
+        assert 7 * 32 * 1024 <= k.metadata.shared <= H200_SHARED_MAX, (mode, k.metadata.shared)
+        report = ptxas_report(ptx)
+        assert not re.findall(r"C751[147]", report), (mode, report[-1500:])
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (mode, report[-1500:])
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")

@@ -36,7 +36,8 @@ def test_a_lost_anchor_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
     src = (PROJECT / "kernel" / "gluon_backward.py").read_text()
     traced = dgt.traced_source(src)
-    assert traced.count("_trace_tile(trace_ptr, WG, nt") == 4  # two kinds of tile, cooperative and ping-pong
+    # two kinds of tile: cooperative (its TMA stores, v27 its stores from registers) and ping-pong
+    assert traced.count("_trace_tile(trace_ptr, WG, nt") == 6
     assert traced.count("_trace_issue(trace_ptr, nt_l)") == 2  # the loader's stamp, one a kind of tile (v25)
     with pytest.raises(dgt.AnchorError, match=r"prev2 = 0.*found 0.*update the anchors"):
         dgt.traced_source(src.replace("prev2 = 0", "prev_before = 0"))
@@ -124,3 +125,45 @@ def test_the_loaders_stamp_gives_when_a_tiles_first_stage_left_and_how_long_it_t
     got = dgt.summarise(trace, 1024)
     assert got[0]["lat"] == pytest.approx(1.1) and got[0]["issue"] != got[0]["issue"]  # nan: no tile before it
     assert got[1]["issue"] == pytest.approx(-1.5) and got[1]["lat"] == pytest.approx(2.4)
+
+
+def test_the_sm_clock_the_data_waits_and_the_skew_are_read_from_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v27: a tile's record carries the SM's %clock64 at its first MMA wait and at its K loop's end, and the clocks
+    its warpgroup spent in the loop's ready waits: ``summarise`` gives the loop's clock (MHz) and that share (%);
+    ``skew`` gives the programs' entries after the first, their spans and exits (us), and the SMs that exit last,
+    here on a made-up launch (ns, clocks)."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_gluon_timeline as dgt
+
+    f = dgt.FIELDS.index
+    trace = torch.zeros(3, 2, dgt.SLOTS, len(dgt.FIELDS), dtype=torch.int64)
+    for program, (entry, exit_, sm) in enumerate(((1_000, 20_000, 7), (1_300, 21_000, 8), (1_100, 24_000, 9))):
+        for wg in range(2):  # one grad_weight tile of 10 us at 1.7 GHz, a fifth of its clocks in data waits
+            trace[program, wg, 0, :5] = torch.tensor([2_000, 2_000, 2_300, 12_000, 12_300])
+            trace[program, wg, 0, f("sm")], trace[program, wg, 0, f("kind")] = sm, 1
+            trace[program, wg, 0, f("cwait")], trace[program, wg, 0, f("ckend")] = 50_000, 50_000 + 17_000
+            trace[program, wg, 0, f("waited")] = 3_400
+            trace[program, wg, dgt.PROGRAM_SLOT, 4] = exit_ - 100 * wg
+        trace[program, 0, dgt.PROGRAM_SLOT, 0] = entry
+    got = dgt.summarise(trace, 512)[1]
+    assert got["mhz"] == pytest.approx(1_700) and got["waits"] == pytest.approx(20)
+    sk = dgt.skew(trace)
+    assert sk["entry max"] == pytest.approx(0.3) and sk["span min"] == pytest.approx(19.0)
+    assert sk["exit max"] == pytest.approx(23.0) and sk["span max"] == pytest.approx(22.9)
+    assert sk["late"] == [9, 8, 7]
+
+
+def test_the_epilogue_diagnostics_take_out_only_their_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v27: ``nost`` takes the cooperative epilogue's TMA stores out of the traced copy (one of grad_attn's heads,
+    one of grad_weight's blocks), ``nosm`` its shared-memory writes; ping-pong's and the deferred epilogue's stay."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_gluon_timeline as dgt
+
+    src = (PROJECT / "kernel" / "gluon_backward.py").read_text()
+    plain, nost, nosm = (dgt.traced_source(src, d) for d in (0, dgt.DIAG["nost"], dgt.DIAG["nosm"]))
+    live = "\n".join(ln for ln in nost.splitlines() if not ln.lstrip().startswith("pass  #"))
+    assert plain.count("tma.async_copy_shared_to_global(") - live.count("tma.async_copy_shared_to_global(") == 2
+    assert "epi.store(" in plain and "epi.store(" not in nosm and "e0.store(acc0" in nosm
+    assert nosm.count("tma.async_copy_shared_to_global(") == plain.count("tma.async_copy_shared_to_global(")
