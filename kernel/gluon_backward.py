@@ -31,7 +31,8 @@ off in the table, kernel/NOTES.md item 26): ``tmap_prefetch`` and ``next_prefetc
 tile's first K-steps into L2, by inline PTX naming the host-descriptor entry's parameters), ``epi_defer`` (the
 epilogue beside the next tile's first MMA, ``_consumer_defer``) and ``serpentine`` (every other tile walked back).
 v27 (off in the table, item 27): ``epi_global``, the epilogue stored from registers (``_store_half``, no shared
-buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads.
+buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads. v28 (item 28):
+``first_ahead``, the program's first tile's K-steps asked of L2 a few steps ahead of its loads.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -153,6 +154,10 @@ class GluonConfig:
     # buffers: 32 KB freed, so a 7th stage of 128x128 blocks fits): 1 at the tile's end, 2 beside the next tile's
     # first MMA (``_consumer_defer``); host descriptors for the loads, the outputs' plain pointers for the stores
     epi_global: int = 0
+    # v28: during the program's first tile (every program's first pass over cold inputs, in lockstep) the loader asks
+    # L2 for the K-step ``first_ahead`` steps ahead of each step it loads (one ``cp.async.bulk.prefetch.tensor`` a
+    # TMA box, the boxes its loads will read), so that the first pass's loads are served from L2, as with a warm L2
+    first_ahead: int = 0
 
     def __post_init__(self) -> None:
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
@@ -184,6 +189,8 @@ class GluonConfig:
                 "epi_global 0-2: cooperative 128x128 tiles of both kinds, host descriptors, bk 64 (no epi_hold, "
                 "ping-pong, halves, epi_defer)"
             )
+        if self.first_ahead < 0 or (self.first_ahead and (not self.host_desc or self.k_rotate or self.serpentine)):
+            raise ValueError(f"first_ahead {self.first_ahead}: >= 0 K-steps, host descriptors, no k_rotate/serpentine")
         if self.serpentine and (self.k_rotate or self.next_prefetch or self.l2_prefetch):
             raise ValueError("serpentine: not with k_rotate or the prefetches (they assume tiles walked forwards)")
         if self.next_prefetch not in range(5) or self.np_distance < 1 or (self.next_prefetch and self.k_rotate):
@@ -433,7 +440,7 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
         L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6, KROT: gl.constexpr = 0,
         boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2, NXPF: gl.constexpr = 0,
-        NX_D: gl.constexpr = 4, SERP: gl.constexpr = False,
+        NX_D: gl.constexpr = 4, SERP: gl.constexpr = False, FA: gl.constexpr = 0,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
@@ -441,7 +448,8 @@ if GLUON_IMPORTED:
         from the program's own offset, around; with LAZY, each stage's mbarriers initialised here as it is first
         filled, and ``boot`` arrived on once all are; with NXPF, NX_D steps before a tile's end, the next tile's
         first NXPF K-steps asked of L2; with SERP, every other tile's K-steps from its last back, so that a tile's
-        first loads read the rows the tile before it read last)."""
+        first loads read the rows the tile before it read last; with FA, in the program's first tile, the boxes of the
+        K-step FA steps ahead asked of L2 after each step's loads)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
         pid = gl.program_id(0)
@@ -490,6 +498,11 @@ if GLUON_IMPORTED:
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], w_b.layout)
                         for j in gl.static_range(GA_BN // 64):
                             tma.async_copy_global_to_shared(w_b, [k, off_n + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        if FA > 0:
+                            if ahead and k + FA * BK < HID:  # the same boxes FA steps on, into L2
+                                _box_prefetch(0, off_m, k + FA * BK)
+                                for j in gl.static_range(GA_BN // 64):
+                                    _box_prefetch(1, k + FA * BK, off_n + j * 64)
                         if L2PF & 8:
                             kf = k + PF_D * BK  # weight's rows kf.. (contiguous), grad_output's column slice kf..
                             if ahead and kf < HID:
@@ -526,6 +539,12 @@ if GLUON_IMPORTED:
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
                         for j in gl.static_range(GW_BN // 64):
                             tma.async_copy_global_to_shared(x_b, [k, off_i + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        if FA > 0:
+                            if ahead and k + FA * BK < M:
+                                for j in gl.static_range(GW_BM // 64):
+                                    _box_prefetch(2, k + FA * BK, off_o + j * 64)
+                                for j in gl.static_range(GW_BN // 64):
+                                    _box_prefetch(3, k + FA * BK, off_i + j * 64)
                         if L2PF & 16:  # weight, whole, for the grad_attn tiles that follow
                             if ahead and P_GA == 0 and k0 == PF_D * BK:
                                 _l2_prefetch(pf_w, HID * (HID * 2), pid, nprog, 1)
@@ -1134,11 +1153,11 @@ if GLUON_IMPORTED:
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
                      PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr, NXPF: gl.constexpr,
-                     NX_D: gl.constexpr, SERP: gl.constexpr):  # fmt: skip
+                     NX_D: gl.constexpr, SERP: gl.constexpr, FA: gl.constexpr):  # fmt: skip
         CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
-                CONSUMERS, NXPF, NX_D, SERP)  # fmt: skip
+                CONSUMERS, NXPF, NX_D, SERP, FA)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -1168,7 +1187,7 @@ if GLUON_IMPORTED:
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY, False, 0, 4, 0, False, 0, ga_ptr,
-                    gw_ptr)  # fmt: skip
+                    gw_ptr, 0)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -1192,6 +1211,7 @@ if GLUON_IMPORTED:
         SERP: gl.constexpr = False,
         EPI_G: gl.constexpr = 0,
         ga_ptr=None, gw_ptr=None,
+        FA: gl.constexpr = 0,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
@@ -1201,7 +1221,7 @@ if GLUON_IMPORTED:
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
-                    SERP, EPI_G, ga_ptr, gw_ptr)  # fmt: skip
+                    SERP, EPI_G, ga_ptr, gw_ptr, FA)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -1213,7 +1233,7 @@ if GLUON_IMPORTED:
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
         LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
-        SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr,
+        SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr, FA: gl.constexpr,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -1288,7 +1308,7 @@ if GLUON_IMPORTED:
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT, LAZY, NXPF, NX_D, SERP)),
+                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -1361,6 +1381,8 @@ def launch_arguments(
         constexprs["SERP"] = True
     if cfg.epi_global:
         constexprs.update(EPI_G=cfg.epi_global, ga_ptr=ga, gw_ptr=gw)
+    if cfg.first_ahead:
+        constexprs["FA"] = cfg.first_ahead
     return args, constexprs
 
 

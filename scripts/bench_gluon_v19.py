@@ -202,6 +202,13 @@ def variants() -> dict[str, tuple[int, object]]:
         for mode in (1, 2):
             for st in (6, 7):
                 out[f"eg{mode}s{st}_{m}"] = (m, replace(lz[m], epi_global=mode, stages=st))
+    # v28: the first tile's K-steps asked of L2 d steps ahead of the loader (first_ahead), on every bucket's entry
+    for d in (2, 4, 8):
+        out[f"pp7lzfa{d}_256"] = (256, replace(lz[256], first_ahead=d))
+        for m in (512, 1024, 2048):
+            out[f"fa{d}_{m}"] = (m, replace(lz[m], first_ahead=d))
+        for m in (4096, 8192):
+            out[f"w256s3fa{d}_{m}"] = (m, replace(w256, first_ahead=d))
     for m in (4096, 8192):
         out[f"w256s3tp_{m}"] = (m, replace(w256, tmap_prefetch=True))
         out[f"w256s3tpnp1d2_{m}"] = (m, replace(w256, tmap_prefetch=True, next_prefetch=1, np_distance=2))

@@ -82,6 +82,24 @@ def _resource_usage(cubin: bytes) -> str:
     return f"regs {m.group(1)}, stack {m.group(2)}, local {m.group(4)}" if m else out.strip()[-200:]
 
 
+def sass_counts(cubin: bytes) -> str:
+    """What ptxas kept (Triton's bundled nvdisasm on the cubin): its warpgroup MMAs, shared-memory matrix stores and
+    TMA stores, as SASS instructions (a PTX instruction whose result nothing uses is not in it)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(cubin)
+        fh.flush()
+        sass = subprocess.run([tool, fh.name], capture_output=True, text=True).stdout
+    words = re.findall(r"\b[A-Z][A-Z0-9_]*\b", sass)
+    return ", ".join(f"SASS {op} {words.count(op)}" for op in ("HGMMA", "STSM", "UTMASTG"))
+
+
 def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     plan, k = compile_for(m, s, cfg)
     ptx = k.asm["ptx"]

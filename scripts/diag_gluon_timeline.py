@@ -65,6 +65,8 @@ VARIANTS: dict[str, dict] = {
     "srp": {"serpentine": True},  # v26: every other tile of a program walked from its last K-step back
     "eg6": {"epi_global": 1},  # v27: the epilogue stored from registers at the tile's end (no shared buffers)
     "eg7": {"epi_global": 1, "stages": 7},  # the same with the 7th stage the buffers' 32 KB make room for
+    "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
+    "fa8": {"first_ahead": 8},
     # v27 diagnostics, the table's entry with part of its cooperative epilogue taken out of the traced copy (its
     # outputs are then wrong: the check says so, the timing is what they are for): no TMA stores, no shared-memory
     # writes (stmatrix), neither
@@ -84,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kinds", default="ga,gw", help="ga, gw (each alone, the other zeroed), both (the real plan)")
     ap.add_argument("--reps", type=int, default=5, help="traced launches per (M, variant, kind)")
     ap.add_argument("--warm", action="store_true", help="no L2 flush before the launches (default: flushed)")
+    ap.add_argument("--programs", type=int, help="plan for this many programs (default: one an SM)")
     ap.add_argument("--save", help="write the tile records here (torch.save; its 'fields' name the columns)")
     ap.add_argument("--compile-only", nargs="*", type=int, metavar="M", help="compile for sm_90 here, no GPU")
     return ap.parse_args(argv)
@@ -140,6 +143,16 @@ _HELPERS = f'''
         if slot < {MAX_TILES}:
             rec = trace_ptr + ((gl.program_id(0) * 2) * {SLOTS} + slot) * {len(FIELDS)}
             gl.store(rec + {FIELDS.index("issue")}, _trace_now())
+
+    @gluon.jit
+    def _keep_live(x, trace_ptr, WG: gl.constexpr):
+        """A diagnostic's stand-in for a use of the accumulator ``x``: its row sums stored where nothing reads them
+        (the program's record, field "waited") only if one is NaN, which ptxas cannot rule out, so the MMAs that
+        made ``x`` stay in the kernel (without a use, ptxas drops them) and no shared memory is written."""
+        rows = gl.sum(x, axis=1)
+        rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + {PROGRAM_SLOT}) * {len(FIELDS)}
+        rec += {FIELDS.index("waited")}
+        gl.store(rec + gl.zeros_like(rows).to(gl.int32), rows.to(gl.int64), mask=rows != rows)
 
     @gluon.jit
     def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
@@ -249,8 +262,13 @@ def traced_source(src: str, diag: int = 0) -> str:
             r"^( +)tma\.async_copy_shared_to_global\(\n +gw_out, \[off_o \+ WG \* GW_WM, col\].*\n +\)\n",
             r"\1pass\n",
         )
-    if diag & 2:  # its accumulator's bf16 copy into the shared buffer
-        src = _sub(src, r"^( +)epi\.store\(acc(_hi)?\.to\(dtype\)\)$", r"\1pass", count=2)
+    if diag & 2:  # its accumulator's bf16 copy into the shared buffer (the accumulator kept live: its MMAs stay)
+        src = _sub(
+            src,
+            r"^( +)_epilogue_pass\(epi_g[aw], acc, acc_hi, q, dtype\)$",
+            r"\1_keep_live(acc, trace_ptr, WG)",
+            count=2,
+        )
     return src
 
 
@@ -456,14 +474,16 @@ def timer_step(traces: list[torch.Tensor]) -> float:
     return float((stamps[1:] - stamps[:-1]).min()) if stamps.numel() > 1 else float("nan")
 
 
-def trace_variant(tm, name: str, m: int, kinds: list[str], reps: int, device, saved: dict, warm: bool = False) -> None:
+def trace_variant(
+    tm, name: str, m: int, kinds: list[str], reps: int, device, saved: dict, warm: bool = False, programs: int = 0
+) -> None:
     """One variant at M: its check, then a table row per kind traced and kind of tile seen."""
     b, s = m // 128, 128
     cfg = variant(name, m, s)
     if cfg is None:
         print(f"| {name} | | no Gluon table entry for ({b},{s}) |", flush=True)
         return
-    real = gb.plan_for(m, cfg, torch.cuda.get_device_properties(device).multi_processor_count)
+    real = gb.plan_for(m, cfg, programs or torch.cuda.get_device_properties(device).multi_processor_count)
     if cfg.pp_gw_only and not real.p_ga:
         print(f"| {name} | | shared schedule: no grad_weight-only programs, the same kernel as hold7 |", flush=True)
         return
@@ -522,7 +542,9 @@ def part_trace(args: argparse.Namespace, device) -> None:
         for name in args.variants.split(","):
             try:
                 tm = modules[DIAG.get(name, 0)]
-                trace_variant(tm, name, m, args.kinds.split(","), args.reps, device, saved, args.warm)
+                trace_variant(
+                    tm, name, m, args.kinds.split(","), args.reps, device, saved, args.warm, args.programs or 0
+                )
             except Exception as exc:  # one variant failing must not cost the others
                 print(f"| {name} | failed | {type(exc).__name__}: {str(exc)[:300]} |", flush=True)
         if args.save:  # after every M: a later hang or timeout keeps what was traced
@@ -531,7 +553,7 @@ def part_trace(args: argparse.Namespace, device) -> None:
 
 def compile_only(ms: list[int], names: list[str]) -> int:
     """The traced copy compiled for sm_90 on this host (no GPU): per M and variant, one line of figures."""
-    from diag_gluon import _resource_usage, compile_for  # scripts/ is on the path when this runs as a script
+    from diag_gluon import _resource_usage, compile_for, sass_counts  # scripts/ is on the path as a script
 
     modules = {diag: traced_module(diag) for diag in {DIAG.get(n, 0) for n in names}}
     trace = torch.zeros(132 * 2 * SLOTS * len(FIELDS), dtype=torch.int64)
@@ -552,7 +574,8 @@ def compile_only(ms: list[int], names: list[str]) -> int:
                 f"M={m} {name} traced: shared {k.metadata.shared} B, {_resource_usage(k.asm['cubin'])}, "
                 f"globaltimer {ptx.count('%globaltimer')}, smid {ptx.count('%smid')}, "
                 f"st.global {ptx.count('st.global')}, wgmma {ptx.count('wgmma.mma_async')}, "
-                f"tma_store {ptx.count('cp.async.bulk.tensor.2d.global.shared')}, stmatrix {ptx.count('stmatrix')}",
+                f"tma_store {ptx.count('cp.async.bulk.tensor.2d.global.shared')}, stmatrix {ptx.count('stmatrix')}, "
+                f"{sass_counts(k.asm['cubin'])}",
                 flush=True,
             )
     return 0

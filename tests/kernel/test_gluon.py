@@ -96,6 +96,7 @@ def test_table_lines_are_the_selection_writers() -> None:
         ),
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, epi_defer=2, serpentine=True),
         gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=2),
+        gb.GluonConfig(128, 256, 128, 256, host_desc=True, first_ahead=8),
     ):
         entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
         assert all(len(line) <= 120 for line in entry.splitlines())
@@ -282,10 +283,12 @@ def test_deferred_epilogue_and_serpentine_are_checked() -> None:
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
 
 
-def test_the_epilogue_from_registers_is_checked() -> None:
+def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() -> None:
     """``epi_global`` (v27) is 0, 1 (stores from registers at the tile's end) or 2 (beside the next tile's first
     MMA), on cooperative 128x128 tiles of both kinds with host descriptors and K-steps of 64; not with the other
-    epilogues (the held stage, ping-pong, two passes, the deferred one). Anything else is refused."""
+    epilogues (the held stage, ping-pong, two passes, the deferred one). ``first_ahead`` (v28) is a number of
+    K-steps, with host descriptors (its prefetches name their parameters) and tiles walked forwards. Anything else
+    is refused."""
     for mode in (1, 2):
         cfg = gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=mode)
         assert cfg.epi_global == mode
@@ -298,6 +301,10 @@ def test_the_epilogue_from_registers_is_checked() -> None:
         ({"epi_global": 1, "epi_hold": True, "stages": 7}, "epi_global"),
         ({"epi_global": 2, "pingpong": True}, "epi_global"),
         ({"epi_global": 1, "epi_defer": 1}, "epi_global"),
+        ({"first_ahead": -1}, "first_ahead"),  # v28: K-steps ahead, host descriptors, tiles walked forwards
+        ({"first_ahead": 4, "host_desc": False}, "first_ahead"),
+        ({"first_ahead": 4, "k_rotate": 1}, "first_ahead"),
+        ({"first_ahead": 4, "serpentine": True}, "first_ahead"),
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
@@ -331,7 +338,8 @@ def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_sev
 def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipeline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each v25/v26 switch (descriptor prefetch, next-tile prefetch, deferred epilogue in both modes, serpentine)
+    """Each v25/v26 switch (descriptor prefetch, next-tile prefetch, deferred epilogue in both modes, serpentine;
+    v28's prefetch of the first tile ahead)
     changes the M = 1024 entry's PTX when on, and its ptxas report, like the table's entries', has no spill and no
     advisory that the wgmma pipeline is serialised (C7511, C7514) or waited for (C7517): deferring the fp32
     accumulator itself, or a bf16 conversion sunk into the next tile's loop, did exactly that (kernel/NOTES.md
@@ -349,6 +357,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         {"epi_defer": 1},
         {"epi_defer": 2},
         {"serpentine": True},
+        {"first_ahead": 4},
     )
     for on in ({}, *switches):
         ptx = compile_for(1024, 128, replace(cfg, **on))[1].asm["ptx"] if on else plain

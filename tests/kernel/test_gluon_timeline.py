@@ -157,7 +157,8 @@ def test_the_sm_clock_the_data_waits_and_the_skew_are_read_from_the_records(monk
 
 def test_the_epilogue_diagnostics_take_out_only_their_part(monkeypatch: pytest.MonkeyPatch) -> None:
     """v27: ``nost`` takes the cooperative epilogue's TMA stores out of the traced copy (one of grad_attn's heads,
-    one of grad_weight's blocks), ``nosm`` its shared-memory writes; ping-pong's and the deferred epilogue's stay."""
+    one of grad_weight's blocks), ``nosm`` its passes through the shared buffer (the accumulator kept live instead);
+    ping-pong's and the deferred epilogue's stay."""
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     import diag_gluon_timeline as dgt
 
@@ -165,5 +166,30 @@ def test_the_epilogue_diagnostics_take_out_only_their_part(monkeypatch: pytest.M
     plain, nost, nosm = (dgt.traced_source(src, d) for d in (0, dgt.DIAG["nost"], dgt.DIAG["nosm"]))
     live = "\n".join(ln for ln in nost.splitlines() if not ln.lstrip().startswith("pass  #"))
     assert plain.count("tma.async_copy_shared_to_global(") - live.count("tma.async_copy_shared_to_global(") == 2
-    assert "epi.store(" in plain and "epi.store(" not in nosm and "e0.store(acc0" in nosm
+    assert plain.count("_epilogue_pass(epi_g") == 2 and nosm.count("_epilogue_pass(epi_g") == 0
+    assert nosm.count("_keep_live(acc, trace_ptr, WG)") == 2 and "e0.store(acc0" in nosm  # ping-pong's stay
     assert nosm.count("tma.async_copy_shared_to_global(") == plain.count("tma.async_copy_shared_to_global(")
+
+
+def test_the_epilogue_diagnostics_keep_every_mma_in_the_sass() -> None:
+    """v27: a traced copy without the epilogue's shared-memory writes must still run every MMA, or its timing says
+    nothing of the kernel: with the accumulator simply unused, ptxas dropped 12 of the 16 HGMMA (the loop ran
+    faster than the tensor cores can); ``_keep_live`` keeps them. Each diagnostic copy has the entry's HGMMA in its
+    SASS, and only the parts it takes out gone (STSM: the shared-memory writes, UTMASTG: the TMA stores)."""
+    out = run_script("scripts/diag_gluon_timeline.py", "--compile-only", "1024", "--variants", "coop,nost,nosm,noepi")
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = {}
+    for line in out.stdout.splitlines():
+        if " traced: " in line:
+            name = line.split(" traced")[0].split()[-1]
+            counts[name] = tuple(
+                int(re.search(rf"SASS {op} (\d+)", line).group(1)) for op in ("HGMMA", "STSM", "UTMASTG")
+            )
+    hgmma, stsm, tma_st = counts["coop"]
+    assert hgmma > 0 and stsm > 0 and tma_st > 0, counts
+    assert counts == {
+        "coop": (hgmma, stsm, tma_st),
+        "nost": (hgmma, stsm, 0),
+        "nosm": (hgmma, 0, tma_st),
+        "noepi": (hgmma, 0, 0),
+    }
