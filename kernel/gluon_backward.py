@@ -31,8 +31,9 @@ off in the table, kernel/NOTES.md item 26): ``tmap_prefetch`` and ``next_prefetc
 tile's first K-steps into L2, by inline PTX naming the host-descriptor entry's parameters), ``epi_defer`` (the
 epilogue beside the next tile's first MMA, ``_consumer_defer``) and ``serpentine`` (every other tile walked back).
 v27 (off in the table, item 27): ``epi_global``, the epilogue stored from registers (``_store_half``, no shared
-buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads. v28 (item 28):
-``first_ahead``, the program's first tile's K-steps asked of L2 a few steps ahead of its loads.
+buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads. v28 (off in the
+table, item 28): ``first_ahead``, the program's first tile's K-steps asked of L2 a few steps ahead of its loads;
+1-20 % slower: the prefetches delay the loads they run ahead of.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
