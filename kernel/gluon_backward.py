@@ -275,6 +275,12 @@ if GLUON_IMPORTED:
         return 1 if pingpong == 1 else 2
 
     @gluon.constexpr_function
+    def _buffer_passes(nsplit: int, epi_g: int) -> int:
+        """The cooperative epilogue's passes through the shared buffer: one per accumulator (NSPLIT), none when the
+        half-tile is stored from registers (EPI_G)."""
+        return 0 if epi_g else nsplit
+
+    @gluon.constexpr_function
     def _desc_address(i: int) -> str:
         """PTX that puts the generic address of the host-descriptor entry's descriptor ``i`` (0 go_a, 1 w_b, 2 go_t,
         3 x_b, 4 ga_out, 5 gw_out) into register ``d``, as Triton's own TMA instructions address it."""
@@ -683,6 +689,7 @@ if GLUON_IMPORTED:
         # second), each written through the epilogue buffer in its own pass
         GA_QN: gl.constexpr = GA_WN // NSPLIT
         GW_QN: gl.constexpr = GW_BN // NSPLIT
+        PASSES: gl.constexpr = _buffer_passes(NSPLIT, EPI_G)  # the epilogue's passes through its shared buffer
         ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_QN)
         gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_QN)
         ga_a_narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
@@ -754,7 +761,7 @@ if GLUON_IMPORTED:
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
                     if EPI_G:
                         _store_half(ga_out, acc.to(dtype), 1, row0, c0 // HD, S, HID, HD)
-                    for q in gl.static_range(NSPLIT * (1 - EPI_G)):  # passes through the buffer, one an accumulator
+                    for q in gl.static_range(PASSES):  # through the buffer, one per accumulator
                         _epilogue_pass(epi_ga, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GA_QN // HD):
                             h = c0 // HD + q * (GA_QN // HD) + j
@@ -803,7 +810,7 @@ if GLUON_IMPORTED:
                     nt += 1
                     if EPI_G:
                         _store_half(gw_out, acc.to(dtype), 2, off_o + WG * GW_WM, off_i, S, HID, HD)
-                    for q in gl.static_range(NSPLIT * (1 - EPI_G)):
+                    for q in gl.static_range(PASSES):
                         _epilogue_pass(epi_gw, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GW_QN // 64):
                             col = off_i + q * GW_QN + j * 64
@@ -1259,9 +1266,7 @@ if GLUON_IMPORTED:
             # the epilogue goes into a held ring stage: 64 rows of up to A_COLS (B_COLS) columns per part
             gl.static_assert(BK == 64 and EPI_COLS <= A_COLS and EPI_COLS <= B_COLS, "an epilogue part fits a stage")
             gl.static_assert(GA_BN <= A_COLS and GA_BN <= B_COLS, "a ping-pong grad_attn half fits a stage part")
-            epi0 = a_ring
-            epi1 = b_ring
-        elif EPI_G:  # the consumers store from registers: no buffers (the rings stand in for them)
+        if HOLD or EPI_G:  # no buffers of their own (EPI_G stores from registers): the rings stand in for them
             epi0 = a_ring
             epi1 = b_ring
         else:

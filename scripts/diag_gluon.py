@@ -66,37 +66,31 @@ def compile_sm90(fn, args: tuple, kwargs: dict):
     return compile(GluonASTSource(fn, signature, cexprs, attrs), target=target, options=options.__dict__)
 
 
-def _resource_usage(cubin: bytes) -> str:
+def _cubin_tool(tool: str, cubin: bytes, *flags: str) -> str:
+    """What one of Triton's bundled CUDA tools (cuobjdump, nvdisasm) prints for a compiled kernel."""
     import os
     import subprocess
     import tempfile
 
     import triton
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
         fh.write(cubin)
         fh.flush()
-        out = subprocess.run([tool, "-res-usage", fh.name], capture_output=True, text=True).stdout
+        return subprocess.run([path, *flags, fh.name], capture_output=True, text=True).stdout
+
+
+def _resource_usage(cubin: bytes) -> str:
+    out = _cubin_tool("cuobjdump", cubin, "-res-usage")
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
     return f"regs {m.group(1)}, stack {m.group(2)}, local {m.group(4)}" if m else out.strip()[-200:]
 
 
 def sass_counts(cubin: bytes) -> str:
-    """What ptxas kept (Triton's bundled nvdisasm on the cubin): its warpgroup MMAs, shared-memory matrix stores and
-    TMA stores, as SASS instructions (a PTX instruction whose result nothing uses is not in it)."""
-    import os
-    import subprocess
-    import tempfile
-
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
-        fh.write(cubin)
-        fh.flush()
-        sass = subprocess.run([tool, fh.name], capture_output=True, text=True).stdout
-    words = re.findall(r"\b[A-Z][A-Z0-9_]*\b", sass)
+    """What ptxas kept (the cubin's SASS, by nvdisasm): its warpgroup MMAs, shared-memory matrix stores and TMA
+    stores, as SASS instructions (a PTX instruction whose result nothing uses is not in it)."""
+    words = re.findall(r"\b[A-Z][A-Z0-9_]*\b", _cubin_tool("nvdisasm", cubin))
     return ", ".join(f"SASS {op} {words.count(op)}" for op in ("HGMMA", "STSM", "UTMASTG"))
 
 

@@ -193,3 +193,11 @@ def test_the_epilogue_diagnostics_keep_every_mma_in_the_sass() -> None:
         "nosm": (hgmma, 0, tma_st),
         "noepi": (hgmma, 0, 0),
     }
+
+
+def test_a_count_of_programs_below_zero_is_refused_in_one_line() -> None:
+    """``--programs`` plans the trace for that many programs (0: one an SM); a negative count is refused before
+    anything is compiled or run, in one line and with exit code 2."""
+    out = run_script("scripts/diag_gluon_timeline.py", "--programs", "-1")
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert out.stderr.strip().splitlines()[-1] == "--programs -1: a count of programs (0: one an SM)", out.stderr
