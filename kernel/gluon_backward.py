@@ -33,7 +33,11 @@ epilogue beside the next tile's first MMA, ``_consumer_defer``) and ``serpentine
 v27 (off in the table, item 27): ``epi_global``, the epilogue stored from registers (``_store_half``, no shared
 buffers, so a 7th stage fits); 9-23 % slower: the SM's own stores hold its incoming loads. v28 (off in the
 table, item 28): ``first_ahead``, the program's first tile's K-steps asked of L2 a few steps ahead of its loads;
-1-20 % slower: the prefetches delay the loads they run ahead of.
+1-20 % slower: the prefetches delay the loads they run ahead of. v29 (off in the table, item 29): ``multicast``,
+programs 2c and 2c + 1 a 2-CTA cluster sharing each K-step's B block by multicast TMA (inline PTX naming the ring and
+barriers by the offsets Triton's allocation pass gives them, ``multicast_offsets``; a cluster launch through the
+pinned launcher, ``_launch_multicast``); 1.19-1.23x slower: a stage released to both CTAs' loaders comes back too
+late for the 6-stage ring.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -46,12 +50,15 @@ with that Triton (``gluon_config_for``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import re
+import tempfile
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 
 try:  # Gluon is experimental: any import problem leaves the tile-language kernel as the only path
+    from triton._C.libtriton import ir, nvidia, passes  # v29: Triton's own allocation pass (multicast_offsets)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -159,6 +166,14 @@ class GluonConfig:
     # L2 for the K-step ``first_ahead`` steps ahead of each step it loads (one ``cp.async.bulk.prefetch.tensor`` a
     # TMA box, the boxes its loads will read), so that the first pass's loads are served from L2, as with a warm L2
     first_ahead: int = 0
+    # v29: programs 2c and 2c + 1 (tiles of one column block in the grouped order) run as a 2-CTA cluster and share
+    # each K-step's B block (weight's or reshaped's 128 columns): from the ring's second pass on, each CTA loads one of
+    # its two 64-column boxes by multicast TMA into both CTAs' stages (24 KB a step an SM from L2 instead of 32), and a
+    # stage goes back to either loader once both CTAs' consumers have released it. 2 (a diagnostic, v29 run c): the
+    # same cluster, handshake and stage released to both loaders, but every box loaded locally (no multicast): what
+    # the coupling of the pair's rings costs alone. 3 / 4 (v29 run d): 1 with the loader's waits for its empty stages
+    # (3), and the consumers' for their full ones too (4), spinning on ``mbarrier.test_wait`` instead of ``try_wait``
+    multicast: int = 0
 
     def __post_init__(self) -> None:
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
@@ -192,6 +207,32 @@ class GluonConfig:
             )
         if self.first_ahead < 0 or (self.first_ahead and (not self.host_desc or self.k_rotate or self.serpentine)):
             raise ValueError(f"first_ahead {self.first_ahead}: >= 0 K-steps, host descriptors, no k_rotate/serpentine")
+        if self.multicast not in range(5) or (
+            self.multicast
+            and (
+                not self.host_desc
+                or self.bk != 64
+                or (self.ga_bm, self.ga_bn, self.gw_bm, self.gw_bn) != (128, 128, 128, 128)
+                or self.group % 2
+                or self.lazy_init
+                or self.epi_hold
+                or self.pingpong
+                or self.halves
+                or self.epi_defer
+                or self.epi_global
+                or self.first_ahead
+                or self.l2_prefetch
+                or self.next_prefetch
+                or self.k_rotate
+                or self.serpentine
+                or self.tmap_prefetch
+                or self.gw_first
+            )
+        ):
+            raise ValueError(
+                "multicast 0-4: cooperative 128x128 tiles of both kinds, host descriptors, bk 64, an even group, the "
+                "ring's inits eager (no lazy_init) and none of the other schedules' switches"
+            )
         if self.serpentine and (self.k_rotate or self.next_prefetch or self.l2_prefetch):
             raise ValueError("serpentine: not with k_rotate or the prefetches (they assume tiles walked forwards)")
         if self.next_prefetch not in range(5) or self.np_distance < 1 or (self.next_prefetch and self.k_rotate):
@@ -304,6 +345,107 @@ if GLUON_IMPORTED:
             + _desc_address(i)
             + "@p cp.async.bulk.prefetch.tensor.2d.L2.global.tile [d, {$1, $2}]; mov.u32 $0, 0; }"
         )
+
+    @gluon.constexpr_function
+    def _mc_signal_asm() -> str:
+        """MC (v29): lane 0 adds 1 to the cluster's launch counter at $1 (release, GPU scope: the CTA's mbarrier
+        inits before it); every lane gets the counter's value before the add."""
+        return (
+            "{ .reg .pred p; .reg .b32 o, l; mov.u32 o, 0; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; "
+            "@p atom.add.release.gpu.global.u32 o, [$1], 1; shfl.sync.idx.b32 $0, o, 0, 0x1f, 0xffffffff; }"
+        )
+
+    @gluon.constexpr_function
+    def _mc_wait_asm() -> str:
+        """MC: wait until the cluster's launch counter at $1 has both CTAs' adds of this launch: at least
+        (old | 1) + 1, ``old`` ($2) the value this CTA's add found (each launch adds 2; compared by difference, so a
+        wrapped counter still works)."""
+        return (
+            "{ .reg .pred p; .reg .b32 v, t, d; or.b32 t, $2, 1; add.u32 t, t, 1; "
+            "MC_WAIT: ld.acquire.gpu.global.u32 v, [$1]; sub.s32 d, v, t; setp.lt.s32 p, d, 0; @p bra MC_WAIT; "
+            "mov.u32 $0, 0; }"
+        )
+
+    @gluon.constexpr_function
+    def _mc_load_asm(i: int, b_off: int, rdy_off: int, stage_bytes: int, box_bytes: int) -> str:
+        """MC: from one elected thread, descriptor ``i``'s box at (row $2, column $1) multicast into both CTAs of
+        the cluster: into box $4 of stage $3's B block (the ring at ``b_off`` into the dynamic shared memory,
+        ``stage_bytes`` a stage, ``box_bytes`` a box), completing on each CTA's ready barrier of the stage (at
+        ``rdy_off``, 8 bytes a stage): the same offsets in both CTAs, as the multicast addresses them."""
+        return (
+            "{ .reg .pred p; .reg .b32 g, a, m; .reg .b64 d; .reg .b16 k; elect.sync _|p, 0xffffffff; "
+            + _desc_address(i)
+            + f"mov.u32 g, global_smem; mul.lo.u32 a, $3, {stage_bytes}; mad.lo.u32 a, $4, {box_bytes}, a; "
+            f"add.u32 a, a, {b_off}; add.u32 a, a, g; mul.lo.u32 m, $3, 8; add.u32 m, m, {rdy_off}; "
+            "add.u32 m, m, g; mov.u16 k, 3; "
+            "@p cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            "[a], [d, {$1, $2}], [m], k; mov.u32 $0, 0; }"
+        )
+
+    @gluon.constexpr_function
+    def _mc_arrive_asm(emp_off: int) -> str:
+        """MC: one thread of the warpgroup arrives on the peer CTA's empty barrier of stage $1 (``emp_off`` into
+        its dynamic shared memory, 8 bytes a stage; ``mapa`` to the peer's address). The arrival's default semantics
+        (release at CTA scope), as CUTLASS's ``ClusterBarrier::arrive(cta_id)``: the stage's reads are the retired
+        wgmma's; v29 run a's ``.release.cluster`` cost ~0.55 us an arrival (a cluster-scope fence each)."""
+        return (
+            "{ .reg .pred p; .reg .b32 t, a, q, r; mov.u32 t, %tid.x; and.b32 t, t, 127; setp.eq.u32 p, t, 0; "
+            f"mov.u32 a, global_smem; mul.lo.u32 t, $1, 8; add.u32 t, t, {emp_off}; add.u32 a, a, t; "
+            "mov.u32 q, %cluster_ctarank; xor.b32 q, q, 1; mapa.shared::cluster.u32 r, a, q; "
+            "@p mbarrier.arrive.shared::cluster.b64 _, [r]; mov.u32 $0, 0; }"
+        )
+
+    @gluon.constexpr_function
+    def _spin_wait_asm(off: int) -> str:
+        """MC 3-4 (v29 run d): wait for parity $2 of the mbarrier of stage $1 (``off`` into the dynamic shared
+        memory, 8 bytes a stage) by spinning on ``mbarrier.test_wait`` (never suspended), instead of the
+        ``try_wait`` loop Gluon's ``mbarrier.wait`` is."""
+        return (
+            "{ .reg .pred p; .reg .b32 a, t; mov.u32 a, global_smem; mul.lo.u32 t, $1, 8; "
+            f"add.u32 t, t, {off}; add.u32 a, a, t; "
+            "MC_SPIN: mbarrier.test_wait.parity.shared::cta.b64 p, [a], $2; @!p bra MC_SPIN; mov.u32 $0, 0; }"
+        )
+
+    @gluon.jit
+    def _spin_wait(s, parity, OFF: gl.constexpr):
+        gl.inline_asm_elementwise(_spin_wait_asm(OFF), "=r,r,r", [s, parity], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mc_signal(flag):
+        return gl.inline_asm_elementwise(_mc_signal_asm(), "=r,l", [flag], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mc_wait(flag, old):
+        gl.inline_asm_elementwise(_mc_wait_asm(), "=r,l,r", [flag, old], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mc_load(
+        DESC: gl.constexpr, row, col, s, rank, B_OFF: gl.constexpr, RDY_OFF: gl.constexpr,
+        STAGE_BYTES: gl.constexpr, BOX_BYTES: gl.constexpr,
+    ):  # fmt: skip
+        gl.inline_asm_elementwise(_mc_load_asm(DESC, B_OFF, RDY_OFF, STAGE_BYTES, BOX_BYTES), "=r,r,r,r,r",
+                                  [col, row, s, rank], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _mc_arrive(s, EMP_OFF: gl.constexpr):
+        gl.inline_asm_elementwise(_mc_arrive_asm(EMP_OFF), "=r,r", [s], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mc_fence_init():
+        """MC: the CTA's mbarrier inits made visible to the cluster (the peer's multicasts and arrivals)."""
+        gl.inline_asm_elementwise("fence.mbarrier_init.release.cluster; mov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                                  is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _release(empty, s, use, sync, MC: gl.constexpr = 0, EMP_OFF: gl.constexpr = 0):
+        """A cooperative warpgroup's release of stage ``s`` (its ``use``-th fill, 0-based) to the loader; with MC to
+        the peer CTA's loader too (its multicasts write into this CTA's stage), the first time only once this CTA's
+        loader has seen the peer's mbarriers initialised (``sync`` [3])."""
+        mbarrier.arrive(empty.index(s), count=1)
+        if MC:
+            if use == 0:
+                mbarrier.wait(sync.index(3), 0)
+            _mc_arrive(s, EMP_OFF)
 
     @gluon.jit
     def _tmap_prefetch():
@@ -447,7 +589,8 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
         L2PF: gl.constexpr = 0, pf_go=None, pf_w=None, pf_x=None, PF_D: gl.constexpr = 6, KROT: gl.constexpr = 0,
         boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2, NXPF: gl.constexpr = 0,
-        NX_D: gl.constexpr = 4, SERP: gl.constexpr = False, FA: gl.constexpr = 0,
+        NX_D: gl.constexpr = 4, SERP: gl.constexpr = False, FA: gl.constexpr = 0, MC: gl.constexpr = 0,
+        MC_B: gl.constexpr = 0, MC_RDY: gl.constexpr = 0, mc_flag=None, MC_EMP: gl.constexpr = 0,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
@@ -456,7 +599,11 @@ if GLUON_IMPORTED:
         filled, and ``boot`` arrived on once all are; with NXPF, NX_D steps before a tile's end, the next tile's
         first NXPF K-steps asked of L2; with SERP, every other tile's K-steps from its last back, so that a tile's
         first loads read the rows the tile before it read last; with FA, in the program's first tile, the boxes of the
-        K-step FA steps ahead asked of L2 after each step's loads)."""
+        K-step FA steps ahead asked of L2 after each step's loads; with MC, once the ring's first pass is issued the
+        cluster's launch counter's handshake (the peer's mbarriers initialised), then with MC 1 one of each B block's
+        two boxes multicast into both CTAs of the cluster, the peer's the other, and at the end every stage's last use
+        released by both CTAs' consumers before the CTA may exit: no multicast or arrival of the peer's is then still
+        to come)."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         # the prefetch shares: among the programs that run the kind of tile (a partition's own programs)
         pid = gl.program_id(0)
@@ -479,6 +626,12 @@ if GLUON_IMPORTED:
         ga_nx: gl.constexpr = (HID // BK - NX_D if HID // BK > NX_D else 0) * BK
         gw_nx = gl.maximum(gl.cdiv(M, BK) - NX_D, 0) * BK
         nt_s = 0  # SERP: the program's tiles so far (the odd ones walk their K-steps backwards)
+        if MC:  # the counter of the cluster (pid // 2), through which the pair says its mbarriers are initialised
+            mc_ptr = mc_flag + pid // 2
+            rank = pid % 2
+        else:
+            rank = 0
+        B_STAGE: gl.constexpr = BK * (GW_BN if GW_BN >= GA_BN else GA_BN) * 2
         it = 0
         for phase in gl.static_range(2):
             if (phase == 0) == GA_FIRST:
@@ -497,14 +650,17 @@ if GLUON_IMPORTED:
                         if SERP:  # every other tile of the program from its last K-step back
                             if nt_s % 2 == 1:
                                 k = HID - BK - k0
-                        s, bar = _next_stage(ready, empty, boot, it, ga_bytes, STAGES, LAZY, CONSUMERS)
+                        if MC:
+                            if it == STAGES:  # the first multicast, and the first wait on the peer's releases
+                                _mc_handshake(mc_ptr, boot)
+                        s, bar = _next_stage(ready, empty, boot, it, ga_bytes, STAGES, LAZY, CONSUMERS, MC >= 3, MC_EMP)
                         # grad_attn blocks are smaller: a view of the start of stage s (each stage keeps its
                         # bytes whatever kind of tile used it last, so the shared schedule's switch is safe)
                         a_s = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], go_a.layout)
                         tma.async_copy_global_to_shared(go_a, [off_m, k], bar, a_s)
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], w_b.layout)
-                        for j in gl.static_range(GA_BN // 64):
-                            tma.async_copy_global_to_shared(w_b, [k, off_n + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        _load_b(w_b, 1, k, off_n, bar, bs, s, it, rank, GA_BN // 64, STAGES, MC and MC != 2, MC_B,
+                                MC_RDY, B_STAGE, BK)  # fmt: skip
                         if FA > 0:
                             if ahead and k + FA * BK < HID:  # the same boxes FA steps on, into L2
                                 _box_prefetch(0, off_m, k + FA * BK)
@@ -539,13 +695,16 @@ if GLUON_IMPORTED:
                         if SERP:
                             if nt_s % 2 == 1:
                                 k = gw_k - BK - k0
-                        s, bar = _next_stage(ready, empty, boot, it, gw_bytes, STAGES, LAZY, CONSUMERS)
+                        if MC:
+                            if it == STAGES:
+                                _mc_handshake(mc_ptr, boot)
+                        s, bar = _next_stage(ready, empty, boot, it, gw_bytes, STAGES, LAZY, CONSUMERS, MC >= 3, MC_EMP)
                         As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
                         for j in gl.static_range(GW_BM // 64):
                             tma.async_copy_global_to_shared(go_t, [k, off_o + j * 64], bar, As.slice(j * 64, 64, dim=1))
                         bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
-                        for j in gl.static_range(GW_BN // 64):
-                            tma.async_copy_global_to_shared(x_b, [k, off_i + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+                        _load_b(x_b, 3, k, off_i, bar, bs, s, it, rank, GW_BN // 64, STAGES, MC and MC != 2, MC_B,
+                                MC_RDY, B_STAGE, BK)  # fmt: skip
                         if FA > 0:
                             if ahead and k + FA * BK < M:
                                 for j in gl.static_range(GW_BM // 64):
@@ -570,11 +729,43 @@ if GLUON_IMPORTED:
         if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
             for i in range(it, STAGES):
                 _lazy_init(ready, empty, boot, i, i, STAGES, CONSUMERS)
+        if MC:
+            if it <= STAGES:  # no fill multicast: the handshake still lets the consumers release to the peer
+                _mc_handshake(mc_ptr, boot)
+            for i in range(it, it + STAGES):  # the tail: each stage's last use released by both CTAs' consumers
+                mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
+
+    @gluon.jit
+    def _mc_handshake(mc_ptr, boot):
+        """MC: add 1 to the cluster's launch counter (this CTA's mbarriers are initialised: the add's release orders
+        the inits before it) and wait for the peer's add, then tell this CTA's consumers (``boot``) that they may
+        arrive on the peer's barriers. Called once the ring's first pass is issued (run b: the add's fence at the
+        loader's start held the first loads ~0.5 us)."""
+        _mc_wait(mc_ptr, _mc_signal(mc_ptr))
+        mbarrier.arrive(boot, count=1)
+
+    @gluon.jit
+    def _load_b(
+        desc, DESC: gl.constexpr, k, off, bar, bs, s, it, rank, NB: gl.constexpr, STAGES: gl.constexpr,
+        SHARE: gl.constexpr, B_OFF: gl.constexpr, RDY_OFF: gl.constexpr, B_STAGE: gl.constexpr, BK: gl.constexpr,
+    ):  # fmt: skip
+        """Fill ``it``'s B block of NB boxes of 64 columns from ``off`` into ``bs``, all loaded here; with SHARE
+        (MC's multicast) so only in the ring's first pass (the peer may not be initialised yet), and after it this
+        CTA's box ``rank`` multicast into both CTAs (the peer multicasts the other)."""
+        if SHARE:
+            if it >= STAGES:
+                _mc_load(DESC, k, off + rank * 64, s, rank, B_OFF, RDY_OFF, B_STAGE, BK * 64 * 2)
+            else:
+                for j in gl.static_range(NB):
+                    tma.async_copy_global_to_shared(desc, [k, off + j * 64], bar, bs.slice(j * 64, 64, dim=1))
+        else:
+            for j in gl.static_range(NB):
+                tma.async_copy_global_to_shared(desc, [k, off + j * 64], bar, bs.slice(j * 64, 64, dim=1))
 
     @gluon.jit
     def _next_stage(
         ready, empty, boot, it, n_bytes: gl.constexpr, STAGES: gl.constexpr, LAZY: gl.constexpr,
-        CONSUMERS: gl.constexpr,
+        CONSUMERS: gl.constexpr, SPIN: gl.constexpr = False, EMP_OFF: gl.constexpr = 0,
     ):  # fmt: skip
         """The loader's fill ``it``: its stage once the consumers have released it (every stage starts empty: the
         first wait is for parity 1, which a fresh mbarrier has passed), initialised first with LAZY, its ready
@@ -582,7 +773,10 @@ if GLUON_IMPORTED:
         s = it % STAGES
         if LAZY:
             _lazy_init(ready, empty, boot, s, it, STAGES, CONSUMERS)
-        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+        if SPIN:
+            _spin_wait(s, ((it // STAGES) & 1) ^ 1, EMP_OFF)
+        else:
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
         bar = ready.index(s)
         mbarrier.expect(bar, n_bytes)
         return s, bar
@@ -663,6 +857,9 @@ if GLUON_IMPORTED:
         HOLD_REL: gl.constexpr = 1,
         NSPLIT: gl.constexpr = 1,
         EPI_G: gl.constexpr = 0,
+        MC: gl.constexpr = 0,
+        MC_EMP: gl.constexpr = 0,
+        MC_RDY: gl.constexpr = 0,
     ):  # fmt: skip
         """Cooperative: warpgroup WG (0 or 1) runs its half of every tile's MMAs, then its half of the epilogue,
         into its own buffer ``epi`` or (EPI_HOLD) into its part of the tile's last stage (WG 0 the A bytes, WG 1
@@ -714,7 +911,10 @@ if GLUON_IMPORTED:
                     acc_hi = gl.zeros([GA_WM, GA_QN], gl.float32, ga_layout)
                     for k in range(0, HID, BK):
                         s = it % STAGES
-                        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                        if MC == 4:
+                            _spin_wait(s, (it // STAGES) & 1, MC_RDY)
+                        else:
+                            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                         if BK == 64:
                             a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
                         else:  # rows of BK * 2 < 128 bytes: the narrower swizzle their TMA box was loaded with
@@ -731,7 +931,7 @@ if GLUON_IMPORTED:
                             if k == ga_rel:
                                 _release_held(empty, held, nt)
                         elif k > 0:
-                            mbarrier.arrive(empty.index(prev), count=1)
+                            _release(empty, prev, it - 1, sync, MC, MC_EMP)
                         elif EPI_HOLD:
                             _release_held(empty, prev, it)
                         prev = s
@@ -748,7 +948,7 @@ if GLUON_IMPORTED:
                         mbarrier.wait(sync.index(0), nt & 1)
                         epi_ga = hold_ring.index(prev)._reinterpret(dtype, [GA_WM, GA_WN], hold_ring.layout)
                     else:
-                        mbarrier.arrive(empty.index(prev), count=1)
+                        _release(empty, prev, it - 1, sync, MC, MC_EMP)
                         if not EPI_G:
                             epi_ga = epi._reinterpret(dtype, [GA_WM, GA_QN], epi.layout)
                             tma.store_wait(0)  # the previous tile's store has left the buffer
@@ -775,7 +975,10 @@ if GLUON_IMPORTED:
                     acc_hi = gl.zeros([GW_WM, GW_QN], gl.float32, gw_layout)
                     for k in range(0, M, BK):
                         s = it % STAGES
-                        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                        if MC == 4:
+                            _spin_wait(s, (it // STAGES) & 1, MC_RDY)
+                        else:
+                            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                         a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
                         a = a.slice(WG * GW_WM, GW_WM, dim=1).permute((1, 0))
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
@@ -786,7 +989,7 @@ if GLUON_IMPORTED:
                             if k == gw_rel:  # a tile shorter than HOLD_REL steps: at its last step
                                 _release_held(empty, held, nt)
                         elif k > 0:
-                            mbarrier.arrive(empty.index(prev), count=1)
+                            _release(empty, prev, it - 1, sync, MC, MC_EMP)
                         elif EPI_HOLD:
                             _release_held(empty, prev, it)
                         prev = s
@@ -802,7 +1005,7 @@ if GLUON_IMPORTED:
                         mbarrier.wait(sync.index(0), nt & 1)
                         epi_gw = hold_ring.index(prev)._reinterpret(dtype, [GW_WM, GW_BN], hold_ring.layout)
                     else:
-                        mbarrier.arrive(empty.index(prev), count=1)
+                        _release(empty, prev, it - 1, sync, MC, MC_EMP)
                         if not EPI_G:
                             epi_gw = epi._reinterpret(dtype, [GW_WM, GW_QN], epi.layout)
                             tma.store_wait(0)
@@ -1106,7 +1309,8 @@ if GLUON_IMPORTED:
                        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                        PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                        NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr,
-                       EPI_G: gl.constexpr):  # fmt: skip
+                       EPI_G: gl.constexpr, MC: gl.constexpr, MC_EMP: gl.constexpr,
+                       MC_RDY: gl.constexpr):  # fmt: skip
         if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
             mbarrier.wait(sync.index(3), 0)
         if PINGPONG == 1:
@@ -1129,7 +1333,7 @@ if GLUON_IMPORTED:
         else:
             _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                       NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, HOLD_REL, NSPLIT,
-                      EPI_G)  # fmt: skip
+                      EPI_G, MC, MC_EMP, MC_RDY)  # fmt: skip
 
     @gluon.jit
     def _consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1137,10 +1341,11 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr,
+                   MC: gl.constexpr, MC_EMP: gl.constexpr, MC_RDY: gl.constexpr):  # fmt: skip
         _consumer_part(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)  # fmt: skip
 
     @gluon.jit
     def _consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1148,10 +1353,11 @@ if GLUON_IMPORTED:
                    GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
                    BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, EPI_HOLD: gl.constexpr,
                    PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
-                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr):  # fmt: skip
+                   NSPLIT: gl.constexpr, LAZY: gl.constexpr, DEFER: gl.constexpr, EPI_G: gl.constexpr,
+                   MC: gl.constexpr, MC_EMP: gl.constexpr, MC_RDY: gl.constexpr):  # fmt: skip
         _consumer_part(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
                        NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD, PINGPONG,
-                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)  # fmt: skip
+                       PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)  # fmt: skip
 
     @gluon.jit
     def _loader_part(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
@@ -1161,11 +1367,12 @@ if GLUON_IMPORTED:
                      PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
                      PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr, NXPF: gl.constexpr,
-                     NX_D: gl.constexpr, SERP: gl.constexpr, FA: gl.constexpr):  # fmt: skip
+                     NX_D: gl.constexpr, SERP: gl.constexpr, FA: gl.constexpr, MC: gl.constexpr,
+                     MC_B: gl.constexpr, MC_RDY: gl.constexpr, mc_flag, MC_EMP: gl.constexpr):  # fmt: skip
         CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
-                CONSUMERS, NXPF, NX_D, SERP, FA)  # fmt: skip
+                CONSUMERS, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -1195,7 +1402,7 @@ if GLUON_IMPORTED:
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, go_ptr, w_ptr, x_ptr, PF_D, KROT, LAZY, False, 0, 4, 0, False, 0, ga_ptr,
-                    gw_ptr, 0)  # fmt: skip
+                    gw_ptr, 0, 0, 0, 0, 0, None)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel_host_desc(
@@ -1220,16 +1427,23 @@ if GLUON_IMPORTED:
         EPI_G: gl.constexpr = 0,
         ga_ptr=None, gw_ptr=None,
         FA: gl.constexpr = 0,
+        MC: gl.constexpr = 0,
+        MC_B: gl.constexpr = 0,
+        MC_RDY: gl.constexpr = 0,
+        MC_EMP: gl.constexpr = 0,
+        mc_flag=None,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
         pointers too (``pf_*``: grad_output, weight, reshaped), for the L2 prefetches; TMPF and NXPF (v25) name
         its descriptors' parameters (HOST_DESC_ENTRY); with EPI_G (v27), the outputs' plain pointers too (``ga_ptr``:
-        grad_attn_output, ``gw_ptr``: grad_weight), for the consumers' stores from registers."""
+        grad_attn_output, ``gw_ptr``: grad_weight), for the consumers' stores from registers; with MC (v29), the
+        shared-memory offsets of the B ring and of the ready and empty barriers (``multicast_offsets``), and
+        ``mc_flag``, the clusters' launch counters (int32, one a cluster, zeroed once: each launch adds 2)."""
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
-                    SERP, EPI_G, ga_ptr, gw_ptr, FA)  # fmt: skip
+                    SERP, EPI_G, ga_ptr, gw_ptr, FA, MC, MC_B, MC_RDY, MC_EMP, mc_flag)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -1241,7 +1455,8 @@ if GLUON_IMPORTED:
         EPI_HOLD: gl.constexpr, PINGPONG: gl.constexpr, PP_DEPTH: gl.constexpr, HOLD_REL: gl.constexpr,
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
         LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
-        SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr, FA: gl.constexpr,
+        SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr, FA: gl.constexpr, MC: gl.constexpr,
+        MC_B: gl.constexpr, MC_RDY: gl.constexpr, MC_EMP: gl.constexpr, mc_flag,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -1278,7 +1493,8 @@ if GLUON_IMPORTED:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         # [0]: the cooperative EPI_HOLD rendezvous before the epilogue; [1], [2]: the ping-pong turns; [3] (LAZY):
         # the loader's word that every stage's mbarriers are initialised
-        SYNCS: gl.constexpr = 4 if LAZY else 3
+        # (MC: [3] is the loader's word that the peer's mbarriers are initialised, so the consumers may release to it)
+        SYNCS: gl.constexpr = 4 if (LAZY or MC) else 3
         sync = gl.allocate_shared_memory(gl.int64, [SYNCS, 1], mbarrier.MBarrierLayout())
         # Every stage starts empty: the loader's first wait on a stage is for parity 1, the phase before a fresh
         # mbarrier's first, which counts as completed (v24: no arrivals here). The allocations' inits interleave:
@@ -1291,11 +1507,15 @@ if GLUON_IMPORTED:
         else:
             for i in gl.static_range(STAGES):
                 mbarrier.init(ready.index(i), count=1)
-                mbarrier.init(empty.index(i), count=CONSUMERS)
+                # MC: both CTAs' consumers release a stage (the peer's multicasts write into it)
+                mbarrier.init(empty.index(i), count=CONSUMERS * (2 if MC else 1))
                 if i < 3:
                     mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
             for i in gl.static_range(STAGES, 3):  # fewer than three stages
                 mbarrier.init(sync.index(i), count=2 if i == 0 else 1)
+            if MC:
+                mbarrier.init(sync.index(3), count=1)
+                _mc_fence_init()
         if EPI_G:  # the consumers' outputs: the plain pointers in place of the descriptors
             c_ga = ga_ptr
             c_gw = gw_ptr
@@ -1307,14 +1527,14 @@ if GLUON_IMPORTED:
             [
                 (_consumer0, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
                 (_consumer1, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                               GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G)),
+                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA)),
+                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -1328,11 +1548,13 @@ def _nvmma(block: list[int]) -> gl.NVMMASharedLayout:
 
 def launch_arguments(
     go2: torch.Tensor, w2: torch.Tensor, x2: torch.Tensor, gw: torch.Tensor, ga: torch.Tensor, s: int,
-    cfg: GluonConfig, plan: Plan,
+    cfg: GluonConfig, plan: Plan, mc_flag: torch.Tensor | None = None,
 ) -> tuple[tuple, dict]:  # fmt: skip
     """(positional arguments, constexpr keyword arguments) of one launch of ``gluon_bwd_kernel`` (pointers) or,
     with ``cfg.host_desc``, of ``gluon_bwd_kernel_host_desc``: for the launcher and for compiling ahead of time on a
-    CPU host (``scripts/diag_gluon.py``)."""
+    CPU host (``scripts/diag_gluon.py``). With ``cfg.multicast``, ``mc_flag`` is the clusters' launch counters (a
+    placeholder of one int32 on the inputs' device if None: enough to compile) and the shared-memory offsets are 0
+    until ``compile_multicast`` fills them in."""
     m = go2.shape[0]
     bk = cfg.bk
     if cfg.host_desc:
@@ -1389,7 +1611,56 @@ def launch_arguments(
         constexprs.update(EPI_G=cfg.epi_global, ga_ptr=ga, gw_ptr=gw)
     if cfg.first_ahead:
         constexprs["FA"] = cfg.first_ahead
+    if cfg.multicast:
+        if not pairs_programs(plan):
+            raise ValueError(f"multicast: pairs of programs on tiles of one column block; not this plan: {plan}")
+        flag = mc_flag if mc_flag is not None else torch.zeros(1, dtype=torch.int32, device=go2.device)
+        constexprs.update(MC=cfg.multicast, MC_B=0, MC_RDY=0, MC_EMP=0, mc_flag=flag)
     return args, constexprs
+
+
+def pairs_programs(plan: Plan) -> bool:
+    """MC: whether the plan's programs 2c and 2c + 1 run the same number of tiles, each pair of one column block
+    (an even number of programs and of partitioned grad_attn programs, an even number of grad_attn row blocks: with
+    an even group, ``_tile_coords`` then gives tiles 2t and 2t + 1 one column block)."""
+    return plan.programs % 2 == 0 and plan.p_ga % 2 == 0 and plan.n_ga_m % 2 == 0
+
+
+def multicast_offsets(ttgir: str) -> dict[str, int]:
+    """MC (v29): the offsets into the dynamic shared memory (``global_smem``) that Triton's own allocation pass gives
+    the kernel's B ring and its ready and empty barriers (``MC_B``, ``MC_RDY``, ``MC_EMP``), read by running that
+    pass (the pinned Triton's, as ``make_llir`` runs it) on the compiled kernel's TTGIR: the multicast and the remote
+    arrivals address them by offset, as Gluon 3.6 gives no shared-memory address of an allocation."""
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    nvidia.load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as fh:
+        fh.write(ttgir)
+        fh.flush()
+        mod = ir.parse_mlir_module(fh.name, ctx)
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 87)
+    pm.run(mod, "multicast_offsets")
+    found = dict(re.findall(r"%(\w+) = ttg.local_alloc \{allocation.offset = (\d+) : i32\}", str(mod)))
+    try:
+        return {"MC_B": int(found["b_ring"]), "MC_RDY": int(found["ready"]), "MC_EMP": int(found["empty"])}
+    except KeyError as exc:
+        raise RuntimeError(f"multicast_offsets: no allocation {exc} in the kernel (found {sorted(found)})") from None
+
+
+def compile_multicast(compile_fn, args: tuple, constexprs: dict) -> tuple[object, dict[str, int]]:
+    """MC: the kernel compiled (``compile_fn(args, constexprs)``) with the shared-memory offsets it names: once with
+    placeholders to read them (``multicast_offsets``), again with them, checked to be where the second compile put
+    its allocations (the inline PTX allocates nothing, so they do not move). Returns (compiled, offsets)."""
+    offsets = multicast_offsets(compile_fn(args, constexprs).asm["ttgir"])
+    kernel = compile_fn(args, dict(constexprs, **offsets))
+    again = multicast_offsets(kernel.asm["ttgir"])
+    if again != offsets:
+        raise RuntimeError(f"compile_multicast: the allocations moved ({offsets} -> {again})")
+    return kernel, offsets
 
 
 def entry_kernel(cfg: GluonConfig):
@@ -1430,8 +1701,50 @@ def launch(
     device = go2.device
     index = device.index if device.index is not None else torch.cuda.current_device()
     plan = plan_for(go2.shape[0], cfg, _sm_count(index))
+    if cfg.multicast:
+        if pairs_programs(plan):
+            _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
+            return
+        cfg = replace(cfg, multicast=False)  # programs that do not pair: the same ring, one CTA a cluster
     args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
     if not cfg.host_desc:
         _ensure_allocator()
     with torch.cuda.device(device):
         entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, num_warps=4)
+
+
+# MC (v29): the compiled kernels and their offsets by (device, configuration, GA_FIRST), and the clusters' launch
+# counters by (device, stream): a launch's two CTAs of a cluster wait for each other's add; launches on one stream
+# run one after the other, so each finds its counters even (two streams sharing counters could mix launches up)
+_MULTICAST: dict[tuple, tuple[object, dict[str, int]]] = {}
+_MC_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _launch_multicast(
+    go2: torch.Tensor, w2: torch.Tensor, x2: torch.Tensor, gw: torch.Tensor, ga: torch.Tensor, s: int,
+    cfg: GluonConfig, plan: Plan, device: torch.device, index: int, extra: dict | None = None,
+) -> None:  # fmt: skip
+    """MC: one cluster launch (2 CTAs a cluster, programs / 2 clusters) of the compiled kernel, through the pinned
+    Triton's launcher (``kernel/fast_launch.py``'s call, with ``num_ctas`` 2 in the packed metadata: the launcher
+    then sets the cluster dimension; the kernel itself is compiled for one CTA and addresses its peer in PTX).
+    ``extra``: more keyword arguments of the entry (the trace's copy, scripts/diag_gluon_timeline.py)."""
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        counters = _MC_COUNTERS.get((index, stream))
+        if counters is None or counters.numel() < plan.programs // 2:
+            counters = torch.zeros(max(plan.programs // 2, _sm_count(index)), dtype=torch.int32, device=device)
+            _MC_COUNTERS[(index, stream)] = counters
+        args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, mc_flag=counters)
+        constexprs.update(extra or {})
+        fn = entry_kernel(cfg)
+        key = (index, cfg, plan.ga_first)
+        if key not in _MULTICAST:
+            _MULTICAST[key] = compile_multicast(
+                lambda a, c: fn.warmup(*a, **c, num_warps=4, grid=(plan.programs,)), args, constexprs
+            )
+        compiled, offsets = _MULTICAST[key]
+        bound = fn.signature.bind(*args, **dict(constexprs, **offsets))
+        bound.apply_defaults()
+        meta = compiled.packed_metadata
+        compiled.run(plan.programs // 2, 1, 1, stream, compiled.function, (meta[0], 2, meta[2]), None, None, None,
+                     *bound.arguments.values())  # fmt: skip

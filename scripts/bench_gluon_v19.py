@@ -212,6 +212,15 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (4096, 8192):
         out[f"w256s3tp_{m}"] = (m, replace(w256, tmap_prefetch=True))
         out[f"w256s3tpnp1d2_{m}"] = (m, replace(w256, tmap_prefetch=True, next_prefetch=1, np_distance=2))
+    # v29: 2-CTA clusters sharing each K-step's B block by multicast TMA (24 KB a step an SM from L2 instead of 32),
+    # on the 128x128 ring with eager inits (v18's entries, coop at M >= 4096: what it is measured beside)
+    for m in (512, 1024, 2048):
+        out[f"mc_{m}"] = (m, replace(base[m], multicast=1))
+        out[f"mcl_{m}"] = (m, replace(base[m], multicast=2))  # run c: the pair's coupled rings, every load local
+        out[f"mcs_{m}"] = (m, replace(base[m], multicast=3))  # run d: the loader's empty waits spinning (test_wait)
+        out[f"mcss_{m}"] = (m, replace(base[m], multicast=4))  # and the consumers' full waits
+    for m in (4096, 8192):
+        out[f"mc_{m}"] = (m, replace(big, multicast=1))
     return out
 
 

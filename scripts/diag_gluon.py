@@ -52,7 +52,13 @@ def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module
     ``s``."""
     plan = module.plan_for(m, cfg, programs)
     args, kwargs = module.launch_arguments(*launch_tensors(m, s), s, cfg, plan)
-    return plan, compile_sm90(module.entry_kernel(cfg), args, dict(kwargs, **(extra or {}), num_warps=4))
+    fn = module.entry_kernel(cfg)
+    if cfg.multicast:  # compiled twice: the second time with the shared-memory offsets the first one has
+        kernel, _ = module.compile_multicast(
+            lambda a, c: compile_sm90(fn, a, dict(c, **(extra or {}), num_warps=4)), args, kwargs
+        )
+        return plan, kernel
+    return plan, compile_sm90(fn, args, dict(kwargs, **(extra or {}), num_warps=4))
 
 
 def compile_sm90(fn, args: tuple, kwargs: dict):

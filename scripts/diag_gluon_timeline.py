@@ -67,6 +67,11 @@ VARIANTS: dict[str, dict] = {
     "eg7": {"epi_global": 1, "stages": 7},  # the same with the 7th stage the buffers' 32 KB make room for
     "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
     "fa8": {"first_ahead": 8},
+    "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start
+    "mc": {"lazy_init": False, "multicast": 1},  # v29: 2-CTA clusters sharing each B block by multicast TMA
+    "mcl": {"lazy_init": False, "multicast": 2},  # v29 run c: the same clusters' coupled rings, every load local
+    "mcs": {"lazy_init": False, "multicast": 3},  # v29 run d: mc, the loader's empty waits spinning on test_wait
+    "mcss": {"lazy_init": False, "multicast": 4},  # and the consumers' full waits
     # v27 diagnostics, the table's entry with part of its cooperative epilogue taken out of the traced copy (its
     # outputs are then wrong: the check says so, the timing is what they are for): no TMA stores, no shared-memory
     # writes (stmatrix), neither
@@ -312,6 +317,11 @@ def kind_plan(real: Plan, kind: str) -> Plan:
 def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.Tensor) -> None:
     s = go.shape[1]
     args, constexprs = tm.launch_arguments(go.view(-1, HIDDEN), w, x.view(-1, HIDDEN), gw, ga, s, cfg, plan)
+    if cfg.multicast:  # a cluster launch (v29), through the copy's own launcher
+        index = go.device.index if go.device.index is not None else torch.cuda.current_device()
+        tm._launch_multicast(go.view(-1, HIDDEN), w, x.view(-1, HIDDEN), gw, ga, s, cfg, plan, go.device, index,
+                             extra={"trace_ptr": trace})  # fmt: skip
+        return
     if not cfg.host_desc:
         tm._ensure_allocator()
     tm.entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)

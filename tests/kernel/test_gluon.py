@@ -97,6 +97,7 @@ def test_table_lines_are_the_selection_writers() -> None:
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, epi_defer=2, serpentine=True),
         gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=2),
         gb.GluonConfig(128, 256, 128, 256, host_desc=True, first_ahead=8),
+        gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, multicast=True),
     ):
         entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
         assert all(len(line) <= 120 for line in entry.splitlines())
@@ -310,6 +311,88 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
 
 
+def test_multicast_is_checked() -> None:
+    """``multicast`` (v29) runs 2-CTA clusters on cooperative 128x128 tiles of both kinds with host descriptors
+    (its PTX names their parameters), K-steps of 64, an even group (a cluster's two programs run tiles of one column
+    block) and the ring's mbarriers initialised before the partitions start (the peer may multicast into a stage
+    before this CTA's loader first fills it); not beside another schedule's switch; and only on plans whose programs
+    pair up (an even count, an even partition, an even number of row blocks: ``launch`` runs the others without
+    it)."""
+    ok = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, multicast=True)
+    assert ok.multicast
+    for bad in (
+        {"host_desc": False},
+        {"ga_bm": 64},
+        {"gw_bn": 256},
+        {"bk": 32, "stages": 12},
+        {"group": 3},
+        {"lazy_init": True},
+        {"epi_hold": True, "stages": 7},
+        {"pingpong": True},
+        {"epi_global": 1},
+        {"first_ahead": 4},
+        {"k_rotate": 1},
+        {"serpentine": True},
+        {"tmap_prefetch": True},
+        {"gw_first": True},
+        {"multicast": 5},  # 1 the multicast; diagnostics: 2 the coupled rings with local loads, 3-4 spinning waits
+    ):
+        with pytest.raises(ValueError, match="multicast"):
+            gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True,
+                              "multicast": True, **bad})  # fmt: skip
+    from scripts.diag_gluon import launch_tensors
+
+    for m, programs in ((896, 132), (640, 66)):  # 123 programs, 7 row blocks; a partition of 27 programs
+        plan = gb.plan_for(m, ok, programs)
+        assert not gb.pairs_programs(plan)
+        with pytest.raises(ValueError, match="multicast: pairs"):
+            gb.launch_arguments(*launch_tensors(m, 128), 128, ok, plan)
+    assert gb.pairs_programs(gb.plan_for(1024, ok, 132)) and gb.pairs_programs(gb.plan_for(512, ok, 132))
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v29: the multicast kernel addresses its B ring and its ready and empty barriers by their offsets into the
+    dynamic shared memory, read from Triton's own allocation pass (``multicast_offsets``): they are the offsets the
+    compiled kernel's own TMA loads and mbarrier operations use (the B ring's boxes at ``MC_B`` + 8 KB, the ready
+    barriers' expect at ``MC_RDY``, the empty barriers' waits at ``MC_EMP``), and the PTX has one multicast a kind of
+    tile, the remote release (``mapa``, an arrival on the peer's barrier, no cluster-scope fence), the launch
+    counter's add, the cluster fence after the inits, and empty barriers counting both CTAs' consumers; no spill;
+    the table's entries have none of it."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_for
+
+    cfg = replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=True)
+    k = compile_for(1024, 128, cfg)[1]
+    offs = gb.multicast_offsets(k.asm["ttgir"])
+    ptx = k.asm["ptx"]
+    assert len(re.findall(r"\.multicast::cluster", ptx)) == 2  # grad_attn's weight box, grad_weight's reshaped box
+    assert f"add.u32 a, a, {offs['MC_B']};" in ptx and f"add.u32 m, m, {offs['MC_RDY']};" in ptx
+    assert f"add.u32 t, t, {offs['MC_EMP']};" in ptx
+    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.shared::cluster.b64 _, [r]" in ptx
+    assert "arrive.release.cluster" not in ptx  # run a: a cluster-scope fence an arrival, ~0.55 us each
+    assert "atom.add.release.gpu.global.u32" in ptx and "fence.mbarrier_init.release.cluster" in ptx
+    # Triton's own code at the same offsets: the second B box's plain load (the ring's first pass), the ready
+    # barriers' expect and the empty barriers' waits, each at the offset read back
+    assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_B'] + 8192};", ptx)
+    assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_RDY']};\n\s*// begin inline asm\n\s*@%p\d+ "
+                     r"mbarrier\.arrive\.expect_tx", ptx)  # fmt: skip
+    assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_EMP']};", ptx)
+    assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], 4;", ptx)  # 2 consumers x 2 CTAs
+    report = ptxas_report(ptx)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report[-1500:]
+    plain = compile_for(1024, 128, gb.GLUON_TABLE[1024][0])[1].asm["ptx"]
+    assert "multicast" not in plain and "mapa" not in plain and "atom.add" not in plain
+    # the diagnostics: 2 the same coupled rings with every box loaded locally; 3 / 4 the loader's empty waits (two
+    # call sites) and the consumers' full waits (two a warpgroup) spinning on test_wait
+    for mode, multicasts, spins in ((2, 0, 0), (3, 2, 2), (4, 2, 6)):
+        ptx = compile_for(1024, 128, replace(cfg, multicast=mode))[1].asm["ptx"]
+        assert len(re.findall(r"\.multicast::cluster", ptx)) == multicasts, mode
+        assert ptx.count("MC_SPIN:") == spins and "mapa.shared::cluster.u32" in ptx, mode
+
+
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_seventh_stage(
     monkeypatch: pytest.MonkeyPatch,
@@ -421,14 +504,35 @@ def test_gluon_table_entries_correct_and_repeatable_on_gpu(b: int, s: int) -> No
     cfg = gb.gluon_config_for(b * s, s, (9, 0), include_disabled=True)
     if cfg is None:
         pytest.skip("no Gluon entry for this shape")
+    _correct_and_repeatable(cfg, b, s, seed=11 * s + b)
+
+
+def _correct_and_repeatable(cfg: gb.GluonConfig, b: int, s: int, seed: int) -> None:
+    """The harness's correctness loop (3 rounds), then the same inputs twice: bit for bit, run to run."""
     fn = _gluon_fn(cfg)
-    res = check_rounds(fn, b, s, torch.device("cuda"), rounds=3, seed=11 * s + b)
+    res = check_rounds(fn, b, s, torch.device("cuda"), rounds=3, seed=seed)
     assert res.ok, f"({b},{s}): {res.reason}"
     g, x, w = make_inputs(b, s, "cuda")
     first = [t.clone() for t in fn(g, x, w)]
     again = fn(g, x, w)
     for p, q in zip(first, again, strict=True):
-        assert torch.equal(p.view(torch.int16), q.view(torch.int16))  # bit for bit, run to run
+        assert torch.equal(p.view(torch.int16), q.view(torch.int16))
+
+
+_MC_SHAPES = [(4, 128), (1, 1024), (8, 128), (2, 256), (1, 2048), (16, 128), (6, 128), (7, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), _MC_SHAPES)
+def test_multicast_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v29 (off in the table): the 2-CTA multicast kernel against the harness's correctness loop and bit for bit
+    run to run, on shapes whose plans pair their programs (M = 512 partitioned, 1024-2048 shared, 768 off-grid) and
+    one whose plan does not (M = 896: 123 programs, launched without the multicast)."""
+    from dataclasses import replace
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    _correct_and_repeatable(replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=1), b, s, seed=13 * s + b)
 
 
 def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_margin(
