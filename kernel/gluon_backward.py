@@ -1642,7 +1642,7 @@ def multicast_offsets(ttgir: str) -> dict[str, int]:
     passes.ttgpuir.add_allocate_warp_groups(pm)
     passes.convert.add_scf_to_cf(pm)
     passes.gluon.add_inliner(pm)
-    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 87)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 87)  # sm_90, PTX ISA 8.7: the compile's target
     pm.run(mod, "multicast_offsets")
     found = dict(re.findall(r"%(\w+) = ttg.local_alloc \{allocation.offset = (\d+) : i32\}", str(mod)))
     try:
@@ -1705,7 +1705,7 @@ def launch(
         if pairs_programs(plan):
             _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
             return
-        cfg = replace(cfg, multicast=False)  # programs that do not pair: the same ring, one CTA a cluster
+        cfg = replace(cfg, multicast=0)  # programs that do not pair: the same ring, one CTA a cluster
     args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
     if not cfg.host_desc:
         _ensure_allocator()

@@ -38,7 +38,8 @@ def test_selection_table_is_hopper_only_and_per_shape() -> None:
 def test_enabled_entries_are_replayable() -> None:
     """The CI replays recorded launches, and the text of each argument's type reaches Triton's C launcher: every
     argument of an enabled entry's launch (its Gluon host descriptors included) must be a type the plan contract
-    accepts (ci/harness/plan.py)."""
+    accepts (ci/harness/plan.py); and none is a cluster launch (v29's ``multicast``: the recorder takes
+    ``num_ctas`` from the compiled metadata, 1, and would take the clusters' launch counters for scratch)."""
     from triton.runtime.jit import mangle_type
 
     from ci.harness.plan import signature_type
@@ -47,6 +48,7 @@ def test_enabled_entries_are_replayable() -> None:
     for m, (cfg, enabled) in gb.GLUON_TABLE.items():
         if not enabled:
             continue
+        assert not cfg.multicast, f"M={m}: a cluster launch, which the CI's replay does not record"
         s = max(s, cfg.ga_bm)
         go, x, w = make_inputs(b, s, "cpu")
         ga = torch.empty((b, NUM_HEADS, s, HEAD_DIM), dtype=go.dtype)
