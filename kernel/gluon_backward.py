@@ -36,8 +36,11 @@ table, item 28): ``first_ahead``, the program's first tile's K-steps asked of L2
 1-20 % slower: the prefetches delay the loads they run ahead of. v29 (off in the table, item 29): ``multicast``,
 programs 2c and 2c + 1 a 2-CTA cluster sharing each K-step's B block by multicast TMA (inline PTX naming the ring and
 barriers by the offsets Triton's allocation pass gives them, ``multicast_offsets``; a cluster launch through the
-pinned launcher, ``_launch_multicast``); 1.19-1.23x slower: a stage released to both CTAs' loaders comes back too
-late for the 6-stage ring.
+pinned launcher, ``_launch_multicast``); 1.19-1.23x slower, measured with a waterfall loop around every TMA (below).
+v30 (off in the table, item 30): ``stream_k``, one kind of tile whole and the other's K-steps split evenly over
+every SM's program, a split tile joined through an fp32 workspace and a flag (``gluon_bwd_kernel_sk``); 1.13-1.40x
+slower. No inline PTX here reads ``%tid`` / ``%laneid`` or branches: one that did made ptxas loop over the lanes
+around every TMA of the kernel (``scripts/diag_gluon.py`` counts the loops; a test keeps them at 0).
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -174,8 +177,42 @@ class GluonConfig:
     # the coupling of the pair's rings costs alone. 3 / 4 (v29 run d): 1 with the loader's waits for its empty stages
     # (3), and the consumers' for their full ones too (4), spinning on ``mbarrier.test_wait`` instead of ``try_wait``
     multicast: int = 0
+    # v30: stream-K on one program an SM: one kind of tile whole (strided over the programs), the other kind's
+    # K-steps, all its tiles' in a row, split evenly over the programs, so that every program runs the same number of
+    # K-steps (within one) instead of whole tiles (128 programs of 64 steps at M = 1024, where 132 would run 62.06); a
+    # tile split between two programs is joined through an fp32 workspace (``stream_k_kind`` says where it applies;
+    # elsewhere the same configuration without it runs). Its own entry, ``gluon_bwd_kernel_sk``
+    stream_k: bool = False
+    sk_order: str = "interleaved"  # v30 run b: the stream's tiles "interleaved" (``stream_k_interleave``) or "linear"
 
     def __post_init__(self) -> None:
+        if self.sk_order not in ("interleaved", "linear"):
+            raise ValueError(f"sk_order {self.sk_order!r}: 'interleaved' or 'linear'")
+        if self.stream_k and (
+            not self.host_desc
+            or self.bk != 64
+            or self.ga_bm != 128
+            or self.gw_bm != 128
+            or self.ga_bn != self.gw_bn
+            or self.epi_hold
+            or self.pingpong
+            or self.halves
+            or self.hold_release != 1
+            or self.l2_prefetch
+            or self.gw_first
+            or self.k_rotate
+            or self.tmap_prefetch
+            or self.next_prefetch
+            or self.epi_defer
+            or self.serpentine
+            or self.epi_global
+            or self.first_ahead
+            or self.multicast
+        ):
+            raise ValueError(
+                "stream_k: cooperative 128-row tiles of one width for both kinds, host descriptors, bk 64 (lazy_init "
+                "may be on; none of the other schedules' switches)"
+            )
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
             raise ValueError(f"bk {self.bk}: 64, or 32 with host descriptors, cooperative, no held stage")
         if self.k_rotate < 0:
@@ -348,22 +385,13 @@ if GLUON_IMPORTED:
 
     @gluon.constexpr_function
     def _mc_signal_asm() -> str:
-        """MC (v29): lane 0 adds 1 to the cluster's launch counter at $1 (release, GPU scope: the CTA's mbarrier
-        inits before it); every lane gets the counter's value before the add."""
+        """MC (v29): the warp's elected lane adds 1 to the cluster's launch counter at $1 (release, GPU scope: the
+        CTA's mbarrier inits before it); every lane gets the counter's value before the add. The lane is elected,
+        not read: a ``%laneid`` or ``%tid`` read inside inline PTX makes ptxas give up uniform registers for the
+        whole kernel (a waterfall loop around every TMA; kernel/NOTES.md item 30)."""
         return (
-            "{ .reg .pred p; .reg .b32 o, l; mov.u32 o, 0; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; "
-            "@p atom.add.release.gpu.global.u32 o, [$1], 1; shfl.sync.idx.b32 $0, o, 0, 0x1f, 0xffffffff; }"
-        )
-
-    @gluon.constexpr_function
-    def _mc_wait_asm() -> str:
-        """MC: wait until the cluster's launch counter at $1 has both CTAs' adds of this launch: at least
-        (old | 1) + 1, ``old`` ($2) the value this CTA's add found (each launch adds 2; compared by difference, so a
-        wrapped counter still works)."""
-        return (
-            "{ .reg .pred p; .reg .b32 v, t, d; or.b32 t, $2, 1; add.u32 t, t, 1; "
-            "MC_WAIT: ld.acquire.gpu.global.u32 v, [$1]; sub.s32 d, v, t; setp.lt.s32 p, d, 0; @p bra MC_WAIT; "
-            "mov.u32 $0, 0; }"
+            "{ .reg .pred p; .reg .b32 o, l; mov.u32 o, 0; elect.sync l|p, 0xffffffff; "
+            "@p atom.add.release.gpu.global.u32 o, [$1], 1; shfl.sync.idx.b32 $0, o, l, 0x1f, 0xffffffff; }"
         )
 
     @gluon.constexpr_function
@@ -384,15 +412,16 @@ if GLUON_IMPORTED:
 
     @gluon.constexpr_function
     def _mc_arrive_asm(emp_off: int) -> str:
-        """MC: one thread of the warpgroup arrives on the peer CTA's empty barrier of stage $1 (``emp_off`` into
-        its dynamic shared memory, 8 bytes a stage; ``mapa`` to the peer's address). The arrival's default semantics
-        (release at CTA scope), as CUTLASS's ``ClusterBarrier::arrive(cta_id)``: the stage's reads are the retired
-        wgmma's; v29 run a's ``.release.cluster`` cost ~0.55 us an arrival (a cluster-scope fence each)."""
+        """MC: the warpgroup's first thread ($1 == 0) arrives on the peer CTA's empty barrier of stage $2
+        (``emp_off`` into its dynamic shared memory, 8 bytes a stage; ``mapa`` to the address in the peer, CTA rank
+        $3 of the cluster). The arrival's default semantics (release at CTA scope), as CUTLASS's
+        ``ClusterBarrier::arrive(cta_id)``: the stage's reads are the retired wgmma's; v29 run a's
+        ``.release.cluster`` cost ~0.55 us an arrival (a cluster-scope fence each). Thread and rank come in as
+        operands (no special register read in the PTX: see ``_mc_signal_asm``)."""
         return (
-            "{ .reg .pred p; .reg .b32 t, a, q, r; mov.u32 t, %tid.x; and.b32 t, t, 127; setp.eq.u32 p, t, 0; "
-            f"mov.u32 a, global_smem; mul.lo.u32 t, $1, 8; add.u32 t, t, {emp_off}; add.u32 a, a, t; "
-            "mov.u32 q, %cluster_ctarank; xor.b32 q, q, 1; mapa.shared::cluster.u32 r, a, q; "
-            "@p mbarrier.arrive.shared::cluster.b64 _, [r]; mov.u32 $0, 0; }"
+            "{ .reg .pred p; .reg .b32 t, a, r; setp.eq.u32 p, $1, 0; "
+            f"mov.u32 a, global_smem; mul.lo.u32 t, $2, 8; add.u32 t, t, {emp_off}; add.u32 a, a, t; "
+            "mapa.shared::cluster.u32 r, a, $3; @p mbarrier.arrive.shared::cluster.b64 _, [r]; mov.u32 $0, 0; }"
         )
 
     @gluon.constexpr_function
@@ -411,12 +440,25 @@ if GLUON_IMPORTED:
         gl.inline_asm_elementwise(_spin_wait_asm(OFF), "=r,r,r", [s, parity], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _acquire(flag):
+        """The int32 at ``flag``, by an acquire at GPU scope (every thread that runs it; no branch in the PTX)."""
+        return gl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", [flag], dtype=gl.int32,
+                                         is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
     def _mc_signal(flag):
+        """MC: the loader warp's add to the cluster's launch counter (``_mc_signal_asm``); the value before it."""
         return gl.inline_asm_elementwise(_mc_signal_asm(), "=r,l", [flag], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _mc_wait(flag, old):
-        gl.inline_asm_elementwise(_mc_wait_asm(), "=r,l,r", [flag, old], dtype=gl.int32, is_pure=False, pack=1)
+        """MC: wait until the cluster's launch counter has both CTAs' adds of this launch: at least (old | 1) + 1,
+        ``old`` the value this CTA's add found (each launch adds 2; compared by difference, so a wrapped counter
+        still works). The loop is the kernel's (an acquire a try), not a branch inside inline PTX."""
+        target = (old | 1) + 1
+        v = _acquire(flag)
+        while v - target < 0:
+            v = _acquire(flag)
 
     @gluon.jit
     def _mc_load(
@@ -428,7 +470,10 @@ if GLUON_IMPORTED:
 
     @gluon.jit
     def _mc_arrive(s, EMP_OFF: gl.constexpr):
-        gl.inline_asm_elementwise(_mc_arrive_asm(EMP_OFF), "=r,r", [s], dtype=gl.int32, is_pure=False, pack=1)
+        thread = gl.arange(0, 128, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        peer = 1 - gl.program_id(0) % 2  # the cluster's other CTA (2 CTAs a cluster along the 1-D grid)
+        gl.inline_asm_elementwise(_mc_arrive_asm(EMP_OFF), "=r,r,r,r", [thread, s, peer], dtype=gl.int32,
+                                  is_pure=False, pack=1)  # fmt: skip
 
     @gluon.jit
     def _mc_fence_init():
@@ -1540,6 +1585,352 @@ if GLUON_IMPORTED:
             [232, LOADER_REGS],
         )  # fmt: skip
 
+    # ------------------------------------------------------------------------------------------ v30: stream-K
+    @gluon.jit
+    def _sk_publish(flag):
+        """SK (v30): after the warpgroup's barrier (every thread's partial stored), each thread sets the flag to 1 by
+        a release at GPU scope (the barrier orders every thread's stores before each release; CUTLASS's stream-K
+        has one thread do it). No branch and no thread-dependent predicate in the PTX: either made ptxas give up
+        the loader's uniform registers for the whole kernel (v30 run a: a waterfall loop around every TMA)."""
+        gl.inline_asm_elementwise("st.release.gpu.global.u32 [$1], 1; mov.u32 $0, 0;", "=r,l", [flag],
+                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _sk_wait(flag):
+        """SK: wait until the flag is 1 (each thread's own acquire, so each may read the partial after it), then,
+        once every thread of the warpgroup has seen it (its barrier), set it back to 0 for the next launch (launches
+        on a stream run one after the other; the replay's scratch starts at 0xFF, -1, never 1)."""
+        v = _acquire(flag)
+        while v != 1:
+            v = _acquire(flag)
+        gl.thread_barrier()
+        gl.inline_asm_elementwise("st.relaxed.gpu.global.u32 [$1], 0; mov.u32 $0, 0;", "=r,l", [flag],
+                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _sk_ranges(M, n_ga_m, SK: gl.constexpr, HID: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
+                   GW_BN: gl.constexpr, BK: gl.constexpr):  # fmt: skip
+        """SK: (n_w, l_w, n_s, l_s, z0, z1): the whole kind's tiles and K-steps a tile (program p runs its tiles p,
+        p + P, ...), the stream kind's tiles and K-steps a tile, and this program's range [z0, z1) of the stream
+        kind's K-steps, all tiles' in a row (``stream_k_ranges`` on the host: the same arithmetic)."""
+        n_ga = n_ga_m * (HID // GA_BN)
+        n_gw = (HID // GW_BM) * (HID // GW_BN)
+        l_ga = HID // BK
+        l_gw = gl.cdiv(M, BK)
+        if SK == 2:  # grad_weight tiles split, grad_attn tiles whole
+            n_w = n_ga
+            l_w = l_ga
+            n_s = n_gw
+            l_s = l_gw
+        else:
+            n_w = n_gw
+            l_w = l_gw
+            n_s = n_ga
+            l_s = l_ga
+        total = n_ga * l_ga + n_gw * l_gw
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        base = n_w // nprog
+        rem = n_w % nprog
+        z0 = (pid * total) // nprog - l_w * (pid * base + gl.minimum(pid, rem))
+        z1 = ((pid + 1) * total) // nprog - l_w * ((pid + 1) * base + gl.minimum(pid + 1, rem))
+        return n_w, l_w, n_s, l_s, z0, z1
+
+    @gluon.jit
+    def _sk_tile(x, n_s, sk_c):
+        """SK: the stream kind's tile at position ``x`` of the stream: positions interleaved by ``sk_c`` (each
+        program's ranges span about sk_c tiles; its i-th one is then about tile i * n_s / sk_c + program, so the
+        tiles the programs run at once are neighbours in the grouped order, as in a whole-tile plan)."""
+        return (x % sk_c) * (n_s // sk_c) + x // sk_c
+
+    @gluon.jit
+    def _sk_load(
+        KIND: gl.constexpr, t, j0, j1, it, go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, n_ga_m,
+        HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
+    ):  # fmt: skip
+        """SK's loader: K-steps j0 .. j1 - 1 of tile ``t`` of KIND (1 grad_attn, 2 grad_weight) into the ring from
+        fill ``it`` on, as ``_loader`` loads them. Returns the next fill."""
+        dtype: gl.constexpr = go_a.dtype
+        if KIND == 1:
+            am, an = _tile_coords(t, n_ga_m, HID // GA_BN, GROUP)
+            off_m = am * GA_BM
+            off_n = an * GA_BN
+            for j in range(j0, j1):
+                s, bar = _next_stage(ready, empty, boot, it, (GA_BM * BK + BK * GA_BN) * 2, STAGES, LAZY, 2)
+                a_s = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], go_a.layout)
+                tma.async_copy_global_to_shared(go_a, [off_m, j * BK], bar, a_s)
+                bs = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], w_b.layout)
+                for i in gl.static_range(GA_BN // 64):
+                    tma.async_copy_global_to_shared(w_b, [j * BK, off_n + i * 64], bar, bs.slice(i * 64, 64, dim=1))
+                it += 1
+        else:
+            wm, wn = _tile_coords(t, HID // GW_BM, HID // GW_BN, GROUP)
+            off_o = wm * GW_BM
+            off_i = wn * GW_BN
+            for j in range(j0, j1):  # rows past M are zero-filled by the descriptor
+                s, bar = _next_stage(ready, empty, boot, it, (BK * GW_BM + BK * GW_BN) * 2, STAGES, LAZY, 2)
+                As = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], go_t.layout)
+                for i in gl.static_range(GW_BM // 64):
+                    tma.async_copy_global_to_shared(go_t, [j * BK, off_o + i * 64], bar, As.slice(i * 64, 64, dim=1))
+                bs = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], x_b.layout)
+                for i in gl.static_range(GW_BN // 64):
+                    tma.async_copy_global_to_shared(x_b, [j * BK, off_i + i * 64], bar, bs.slice(i * 64, 64, dim=1))
+                it += 1
+        return it
+
+    @gluon.jit
+    def _sk_loader(
+        go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, M, n_ga_m, sk_c, SK: gl.constexpr, HID: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr,
+        STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
+    ):  # fmt: skip
+        """SK's loader warp: the program's pieces in the consumers' order (``_sk_consumer``)."""
+        n_w, l_w, n_s, l_s, z0, z1 = _sk_ranges(M, n_ga_m, SK, HID, GA_BN, GW_BM, GW_BN, BK)
+        WK: gl.constexpr = 3 - SK
+        it = 0
+        if z1 % l_s != 0:  # the tail: the first K-steps of the range's last tile
+            tail = _sk_tile(z1 // l_s, n_s, sk_c)
+            it = _sk_load(SK, tail, 0, z1 % l_s, it, go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, n_ga_m,
+                          HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)  # fmt: skip
+        for t in range(gl.program_id(0), n_w, gl.num_programs(0)):
+            it = _sk_load(WK, t, 0, l_w, it, go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, n_ga_m, HID,
+                          GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)  # fmt: skip
+        for x in range(gl.cdiv(z0, l_s), z1 // l_s):
+            it = _sk_load(SK, _sk_tile(x, n_s, sk_c), 0, l_s, it, go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty,
+                          boot, n_ga_m, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)  # fmt: skip
+        if z0 % l_s != 0:  # the head: the rest of the range's first tile
+            head = _sk_tile(z0 // l_s, n_s, sk_c)
+            it = _sk_load(SK, head, z0 % l_s, l_s, it, go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot,
+                          n_ga_m, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)  # fmt: skip
+        if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
+            for i in range(it, STAGES):
+                _lazy_init(ready, empty, boot, i, i, STAGES, 2)
+
+    @gluon.jit
+    def _sk_mma(KIND: gl.constexpr, s, acc, a_ring, b_ring, WG: gl.constexpr, GA_BM: gl.constexpr,
+                GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr):  # fmt: skip
+        """SK: warpgroup WG's MMA of stage ``s`` (its 64 rows of the tile), issued asynchronously."""
+        dtype: gl.constexpr = a_ring.dtype
+        if KIND == 1:
+            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout).slice(WG * (GA_BM // 2), GA_BM // 2)
+            b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
+        else:
+            a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)
+            a = a.slice(WG * (GW_BM // 2), GW_BM // 2, dim=1).permute((1, 0))
+            b = b_ring.index(s)._reinterpret(dtype, [BK, GW_BN], b_ring.layout)
+        return warpgroup_mma(a, b, acc, is_async=True)
+
+    @gluon.jit
+    def _sk_steps(
+        KIND: gl.constexpr, n, acc, it, a_ring, b_ring, ready, empty, WG: gl.constexpr, GA_BM: gl.constexpr,
+        GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+    ):  # fmt: skip
+        """SK: ``n`` (>= 0) K-steps of a tile of KIND from fill ``it`` on, one MMA group in flight, each stage
+        released once the MMA that read it has retired; the last one too, on return. Returns (acc, next fill)."""
+        prev = 0
+        for i in range(n):
+            s = it % STAGES
+            phase = (it // STAGES) & 1
+            mbarrier.wait(ready.index(s), phase)
+            acc = _sk_mma(KIND, s, acc, a_ring, b_ring, WG, GA_BM, GA_BN, GW_BM, GW_BN, BK)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            if i > 0:
+                mbarrier.arrive(empty.index(prev), count=1)
+            prev = s
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if n > 0:
+            mbarrier.arrive(empty.index(prev), count=1)
+        return acc, it
+
+    @gluon.jit
+    def _sk_offsets(layout: gl.constexpr, WM: gl.constexpr, WN: gl.constexpr, slot):
+        """SK: where a warpgroup's fp32 partial (WM x WN, row-major) lives in the workspace: slot ``slot``."""
+        rows = gl.arange(0, WM, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, WN, layout=gl.SliceLayout(0, layout))
+        return slot * (WM * WN) + rows[:, None] * WN + cols[None, :]
+
+    @gluon.jit
+    def _sk_epilogue(
+        KIND: gl.constexpr, t, acc, epi, ga_out, gw_out, S, n_ga_m, WG: gl.constexpr, HID: gl.constexpr,
+        NH: gl.constexpr, HD: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
+        GW_BN: gl.constexpr, GROUP: gl.constexpr,
+    ):  # fmt: skip
+        """SK: the cooperative epilogue of a finished tile (``_consumer``'s, one pass): the warpgroup's bf16 half
+        into its buffer once the last tile's stores have read it, then its TMA stores."""
+        dtype: gl.constexpr = epi.dtype
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        if KIND == 1:
+            am, an = _tile_coords(t, n_ga_m, HID // GA_BN, GROUP)
+            e = epi._reinterpret(dtype, [GA_BM // 2, GA_BN], epi.layout)
+            _epilogue_pass(e, acc, acc, 0, dtype)
+            r0 = am * GA_BM + WG * (GA_BM // 2)
+            row0 = (r0 // S) * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
+            for j in gl.static_range(GA_BN // HD):
+                h = (an * GA_BN) // HD + j
+                tma.async_copy_shared_to_global(ga_out, [row0 + h * S, 0], e.slice(j * HD, HD, dim=1))
+        else:
+            wm, wn = _tile_coords(t, HID // GW_BM, HID // GW_BN, GROUP)
+            e = epi._reinterpret(dtype, [GW_BM // 2, GW_BN], epi.layout)
+            _epilogue_pass(e, acc, acc, 0, dtype)
+            for j in gl.static_range(GW_BN // 64):
+                tma.async_copy_shared_to_global(
+                    gw_out, [wm * GW_BM + WG * (GW_BM // 2), wn * GW_BN + j * 64], e.slice(j * 64, 64, dim=1)
+                )
+
+    @gluon.jit
+    def _sk_consumer(
+        WG: gl.constexpr, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, sk_part, sk_flag, M, S, n_ga_m,
+        sk_c, SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr, GA_BM: gl.constexpr,
+        GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+        GROUP: gl.constexpr, LAZY: gl.constexpr, DIAG: gl.constexpr,
+    ):  # fmt: skip
+        """SK (v30): warpgroup WG's share of the program's pieces, in this order: the tail (the first K-steps of the
+        range's last stream tile, whose fp32 partial goes to the workspace, slot 2 * program + WG, and is flagged),
+        the whole kind's tiles, the range's whole stream tiles, and the head (the rest of the range's first stream
+        tile, begun by the program before: its partial, waited for by flag, is added before the epilogue). The
+        program that waits is the later one, and it waits at its end for what the earlier one did first."""
+        if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
+            mbarrier.wait(sync.index(3), 0)
+        n_w, l_w, n_s, l_s, z0, z1 = _sk_ranges(M, n_ga_m, SK, HID, GA_BN, GW_BM, GW_BN, BK)
+        WK: gl.constexpr = 3 - SK
+        WM: gl.constexpr = GA_BM // 2
+        WN: gl.constexpr = GA_BN
+        layout: gl.constexpr = _wgmma_layout(WM, WN)
+        pid = gl.program_id(0)
+        it = 0
+        if z1 % l_s != 0:
+            acc = gl.zeros([WM, WN], gl.float32, layout)
+            acc, it = _sk_steps(SK, z1 % l_s, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM, GA_BN, GW_BM, GW_BN,
+                                BK, STAGES)  # fmt: skip
+            if DIAG & 1 == 0:
+                gl.store(sk_part + _sk_offsets(layout, WM, WN, pid * 2 + WG), acc)
+            gl.thread_barrier()
+            if DIAG & 2 == 0:
+                _sk_publish(sk_flag + pid * 2 + WG)
+        for t in range(pid, n_w, gl.num_programs(0)):
+            acc = gl.zeros([WM, WN], gl.float32, layout)
+            acc, it = _sk_steps(WK, l_w, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM, GA_BN, GW_BM, GW_BN, BK,
+                                STAGES)  # fmt: skip
+            _sk_epilogue(WK, t, acc, epi, ga_out, gw_out, S, n_ga_m, WG, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN,
+                         GROUP)  # fmt: skip
+        for x in range(gl.cdiv(z0, l_s), z1 // l_s):
+            acc = gl.zeros([WM, WN], gl.float32, layout)
+            acc, it = _sk_steps(SK, l_s, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM, GA_BN, GW_BM, GW_BN, BK,
+                                STAGES)  # fmt: skip
+            _sk_epilogue(SK, _sk_tile(x, n_s, sk_c), acc, epi, ga_out, gw_out, S, n_ga_m, WG, HID, NH, HD, GA_BM,
+                         GA_BN, GW_BM, GW_BN, GROUP)  # fmt: skip
+        if z0 % l_s != 0:
+            offs = _sk_offsets(layout, WM, WN, (pid - 1) * 2 + WG)
+            flag = sk_flag + (pid - 1) * 2 + WG
+            if WN > 128:  # 128x256: no registers for the partial beside the accumulator: it is the initial value
+                if DIAG & 2 == 0:
+                    _sk_wait(flag)
+                if DIAG & 1 == 0:
+                    acc = gl.load(sk_part + offs)
+                else:
+                    acc = gl.zeros([WM, WN], gl.float32, layout)
+                acc, it = _sk_steps(SK, l_s - z0 % l_s, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM, GA_BN,
+                                    GW_BM, GW_BN, BK, STAGES)  # fmt: skip
+            else:
+                # the first step's MMA goes out before the wait for the earlier program's flag, so that the flag's
+                # round trip runs beside it; the partial's loads are used only after the last MMA
+                s = it % STAGES
+                phase = (it // STAGES) & 1
+                mbarrier.wait(ready.index(s), phase)
+                acc = _sk_mma(SK, s, gl.zeros([WM, WN], gl.float32, layout), a_ring, b_ring, WG, GA_BM, GA_BN,
+                              GW_BM, GW_BN, BK)  # fmt: skip
+                if DIAG & 2 == 0:
+                    _sk_wait(flag)
+                if DIAG & 1 == 0:
+                    part = gl.load(sk_part + offs)
+                else:
+                    part = gl.zeros([WM, WN], gl.float32, layout)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                mbarrier.arrive(empty.index(s), count=1)
+                it += 1
+                acc, it = _sk_steps(SK, l_s - z0 % l_s - 1, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM,
+                                    GA_BN, GW_BM, GW_BN, BK, STAGES)  # fmt: skip
+                acc = acc + part
+            head = _sk_tile(z0 // l_s, n_s, sk_c)
+            _sk_epilogue(SK, head, acc, epi, ga_out, gw_out, S, n_ga_m, WG, HID, NH, HD, GA_BM, GA_BN, GW_BM,
+                         GW_BN, GROUP)  # fmt: skip
+        tma.store_wait(pendings=0)
+
+    @gluon.jit
+    def _sk_consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
+                      sk_c, SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
+                      DIAG: gl.constexpr):  # fmt: skip
+        _sk_consumer(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, sk_part, sk_flag, M, S, n_ga_m,
+                     sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY, DIAG)  # fmt: skip
+
+    @gluon.jit
+    def _sk_consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
+                      sk_c, SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
+                      DIAG: gl.constexpr):  # fmt: skip
+        _sk_consumer(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
+                     sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY, DIAG)  # fmt: skip
+
+    @gluon.jit
+    def _sk_loader_part(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, sync, M, n_ga_m, sk_c, SK: gl.constexpr,
+                        HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
+                        GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                        LAZY: gl.constexpr):  # fmt: skip
+        _sk_loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, sync.index(3), M, n_ga_m, sk_c, SK, HID, GA_BM,
+                   GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)  # fmt: skip
+
+    @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "sk_c"])
+    def gluon_bwd_kernel_sk(
+        go_a, w_b, go_t, x_b, ga_out, gw_out, sk_part, sk_flag,
+        M, S, n_ga_m, sk_c,
+        SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
+        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
+        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
+        LAZY: gl.constexpr = False,
+        DIAG: gl.constexpr = 0,
+    ):  # fmt: skip
+        """v30's entry (``GluonConfig.stream_k``): the host-descriptor kernel's cooperative ring on one program an
+        SM, one kind of tile whole and the other's K-steps split evenly over the programs (SK: 1 grad_attn's, 2
+        grad_weight's), a tile split in two joined through ``sk_part`` (fp32, two 64-row halves a program) and
+        ``sk_flag`` (int32, two a program, zero between launches); ``sk_c`` interleaves the stream's tiles
+        (``_sk_tile``). Grid: the programs ``stream_k_kind`` checked. DIAG (a diagnostic, wrong results): 1 no
+        partial stored or loaded (the flags kept), 2 no flag published or waited for, 3 neither."""
+        gl.static_assert(GA_BM == 128 and GW_BM == 128 and GA_BN == GW_BN, "SK: both kinds' halves of one shape")
+        dtype: gl.constexpr = go_a.dtype
+        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, GW_BM], go_t.layout)
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, GW_BN], x_b.layout)
+        epi0 = gl.allocate_shared_memory(dtype, [64, GW_BN], gw_out.layout)
+        epi1 = gl.allocate_shared_memory(dtype, [64, GW_BN], gw_out.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        sync = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # [3]: LAZY's boot barrier
+        if LAZY:
+            mbarrier.init(sync.index(3), count=1)
+        else:
+            for i in gl.static_range(STAGES):
+                mbarrier.init(ready.index(i), count=1)
+                mbarrier.init(empty.index(i), count=2)
+        gl.warp_specialize(
+            [
+                (_sk_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M,
+                                 S, n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
+                                 DIAG)),
+                (_sk_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M,
+                                 S, n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
+                                 DIAG)),
+                (_sk_loader_part, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, sync, M, n_ga_m, sk_c, SK, HID,
+                                   GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)),
+            ],
+            [4, 1],
+            [232, LOADER_REGS],
+        )  # fmt: skip
+
 
 # ------------------------------------------------------------------------------------------------ launcher
 def _nvmma(block: list[int]) -> gl.NVMMASharedLayout:
@@ -1549,6 +1940,7 @@ def _nvmma(block: list[int]) -> gl.NVMMASharedLayout:
 def launch_arguments(
     go2: torch.Tensor, w2: torch.Tensor, x2: torch.Tensor, gw: torch.Tensor, ga: torch.Tensor, s: int,
     cfg: GluonConfig, plan: Plan, mc_flag: torch.Tensor | None = None,
+    sk_workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[tuple, dict]:  # fmt: skip
     """(positional arguments, constexpr keyword arguments) of one launch of ``gluon_bwd_kernel`` (pointers) or,
     with ``cfg.host_desc``, of ``gluon_bwd_kernel_host_desc``: for the launcher and for compiling ahead of time on a
@@ -1568,6 +1960,32 @@ def launch_arguments(
         ga_out = GluonTensorDescriptor.from_tensor(ga_rows, [ga_wm, HEAD_DIM], _nvmma([ga_wm, HEAD_DIM]))
         gw_out = GluonTensorDescriptor.from_tensor(gw, [cfg.gw_bm // 2, 64], _nvmma([cfg.gw_bm // 2, 64]))
         args: tuple = (go_a, w_b, go_t, x_b, ga_out, gw_out, m, s, plan.n_ga_m, plan.p_ga)
+        if cfg.stream_k:  # SK's entry: the workspace after the descriptors, no P_GA, the split kind a constexpr
+            kind = stream_k_kind(m, cfg, plan.programs)
+            if not kind:
+                raise ValueError(f"stream_k: M={m} on {plan.programs} programs has ranges too short to split")
+            part, flag = sk_workspace or (
+                torch.empty(1, dtype=torch.float32, device=go2.device),
+                torch.zeros(1, dtype=torch.int32, device=go2.device),
+            )
+            args = (
+                go_a,
+                w_b,
+                go_t,
+                x_b,
+                ga_out,
+                gw_out,
+                part,
+                flag,
+                m,
+                s,
+                plan.n_ga_m,
+                stream_k_interleave(m, cfg, plan.programs, kind),
+            )
+            sk = {"SK": kind, "HID": HIDDEN, "NH": NUM_HEADS, "HD": HEAD_DIM, "GA_BM": cfg.ga_bm, "GA_BN": cfg.ga_bn}
+            sk.update(GW_BM=cfg.gw_bm, GW_BN=cfg.gw_bn, BK=bk, STAGES=cfg.stages, GROUP=cfg.group)
+            sk.update(LOADER_REGS=cfg.loader_regs, LAZY=cfg.lazy_init)
+            return args, sk
     else:
         args = (go2, w2, x2, ga, gw, m, s, plan.n_ga_m, plan.p_ga)
     constexprs = {
@@ -1665,7 +2083,59 @@ def compile_multicast(compile_fn, args: tuple, constexprs: dict) -> tuple[object
 
 def entry_kernel(cfg: GluonConfig):
     """The compiled entry point a configuration launches."""
+    if cfg.stream_k:
+        return gluon_bwd_kernel_sk
     return gluon_bwd_kernel_host_desc if cfg.host_desc else gluon_bwd_kernel
+
+
+def launched_config(m: int, cfg: GluonConfig, plan: Plan) -> GluonConfig:
+    """The configuration a launch of ``plan`` runs: ``cfg`` without the switches the plan cannot take (multicast
+    where its programs do not pair, stream_k where its ranges are too short to split)."""
+    if cfg.multicast and not pairs_programs(plan):
+        cfg = replace(cfg, multicast=0)
+    if cfg.stream_k and not stream_k_kind(m, cfg, plan.programs):
+        cfg = replace(cfg, stream_k=False)
+    return cfg
+
+
+def stream_k_ranges(m: int, cfg: GluonConfig, programs: int, kind: int) -> list[tuple[int, int]]:
+    """SK (v30): each program's range [z0, z1) of the stream kind's K-steps (``kind`` 1: grad_attn's split, 2:
+    grad_weight's), all its tiles' in a row, when the other kind's tiles go whole to programs p, p + P, ...: program p
+    runs floor((p + 1) T / P) - floor(p T / P) of the T K-steps (``_sk_ranges`` in the kernel: the same arithmetic)."""
+    n_ga = -(-m // cfg.ga_bm) * (HIDDEN // cfg.ga_bn)
+    n_gw = (HIDDEN // cfg.gw_bm) * (HIDDEN // cfg.gw_bn)
+    l_ga, l_gw = HIDDEN // cfg.bk, -(-m // cfg.bk)
+    n_w, l_w = (n_ga, l_ga) if kind == 2 else (n_gw, l_gw)
+    total = n_ga * l_ga + n_gw * l_gw
+    base, rem = divmod(n_w, programs)
+
+    def z(p: int) -> int:
+        return (p * total) // programs - l_w * (p * base + min(p, rem))
+
+    return [(z(p), z(p + 1)) for p in range(programs)]
+
+
+def stream_k_interleave(m: int, cfg: GluonConfig, programs: int, kind: int) -> int:
+    """SK: ``sk_c``, the tiles of the stream kind a program's range spans, rounded (1: the stream's tiles in their
+    grouped order), where it divides the stream's tiles: the kernel's ``_sk_tile`` interleaves the stream by it."""
+    if cfg.sk_order == "linear":
+        return 1
+    n_s = -(-m // cfg.ga_bm) * (HIDDEN // cfg.ga_bn) if kind == 1 else (HIDDEN // cfg.gw_bm) * (HIDDEN // cfg.gw_bn)
+    c = max(1, round(n_s / programs))  # the stream's K-steps spread evenly: n_s / P tiles a range
+    return c if n_s % c == 0 else 1
+
+
+def stream_k_kind(m: int, cfg: GluonConfig, programs: int) -> int:
+    """SK: which kind's K-steps a stream-K launch of ``programs`` programs splits (1 grad_attn, 2 grad_weight: the
+    kind of the shorter tiles, grad_weight on a tie), or 0 where it does not apply: some program's range shorter
+    than one tile of the stream kind (a tile would then be split three ways, or a program run no stream step)."""
+    if not cfg.stream_k or programs < 2:
+        return 0
+    kind = 2 if -(-m // cfg.bk) <= HIDDEN // cfg.bk else 1
+    length = -(-m // cfg.bk) if kind == 2 else HIDDEN // cfg.bk
+    if any(z1 - z0 < length for z0, z1 in stream_k_ranges(m, cfg, programs, kind)):
+        return 0
+    return kind
 
 
 _ALLOCATOR_SET = False
@@ -1688,6 +2158,8 @@ def _sm_count(device_index: int) -> int:
 
 def plan_for(m: int, cfg: GluonConfig, programs: int) -> Plan:
     plan = plan_schedule(m, cfg.kernel_config(), programs)
+    if stream_k_kind(m, cfg, programs):  # SK: every program of the SMs, untrimmed (each runs its share of steps)
+        return replace(plan, programs=programs)
     if cfg.gw_first and not plan.p_ga:
         plan = with_first(plan, m, cfg.kernel_config(), ga_first=False)
     return plan
@@ -1701,16 +2173,36 @@ def launch(
     device = go2.device
     index = device.index if device.index is not None else torch.cuda.current_device()
     plan = plan_for(go2.shape[0], cfg, _sm_count(index))
+    cfg = launched_config(go2.shape[0], cfg, plan)  # (plans that do not take multicast / stream_k: without it)
     if cfg.multicast:
-        if pairs_programs(plan):
-            _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
-            return
-        cfg = replace(cfg, multicast=0)  # programs that do not pair: the same ring, one CTA a cluster
-    args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan)
+        _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
+        return
+    workspace = _sk_workspace(cfg, plan.programs, device, index) if cfg.stream_k else None
+    args, constexprs = launch_arguments(go2, w2, x2, gw, ga, s, cfg, plan, sk_workspace=workspace)
     if not cfg.host_desc:
         _ensure_allocator()
     with torch.cuda.device(device):
         entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, num_warps=4)
+
+
+# SK (v30): the workspace (fp32 partials, int32 flags) by (device, stream): a launch's flags are back at 0 when it
+# ends, and launches on one stream run one after the other (two streams sharing it could mix their partials up)
+_SK_WORKSPACE: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _sk_workspace(cfg: GluonConfig, programs: int, device: torch.device, index: int) -> tuple[torch.Tensor, ...]:
+    """SK: (partials, flags) for ``programs`` programs of ``cfg`` on the current stream, made once (flags zeroed)."""
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+    part_size = 2 * programs * 64 * cfg.gw_bn
+    found = _SK_WORKSPACE.get((index, stream))
+    if found is None or found[0].numel() < part_size or found[1].numel() < 2 * programs:
+        found = (
+            torch.empty(part_size, dtype=torch.float32, device=device),
+            torch.zeros(2 * programs, dtype=torch.int32, device=device),
+        )
+        _SK_WORKSPACE[(index, stream)] = found
+    return found
 
 
 # MC (v29): the compiled kernels and their offsets by (device, configuration, GA_FIRST), and the clusters' launch

@@ -20,11 +20,11 @@ DEFAULTS.update(
     {"halves": False, "l2_prefetch": 0, "pf_distance": 6, "gw_first": False, "k_rotate": 0, "lazy_init": False}
 )
 DEFAULTS.update({"tmap_prefetch": False, "next_prefetch": 0, "np_distance": 4, "epi_defer": 0, "serpentine": False})
-DEFAULTS.update({"epi_global": 0, "first_ahead": 0, "multicast": 0})
+DEFAULTS.update({"epi_global": 0, "first_ahead": 0, "multicast": 0, "stream_k": False, "sk_order": "interleaved"})
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
 ORDER += ("pp_depth", "hold_release", "halves", "l2_prefetch", "pf_distance", "gw_first", "k_rotate", "lazy_init")
 ORDER += ("tmap_prefetch", "next_prefetch", "np_distance", "epi_defer", "serpentine", "epi_global", "first_ahead")
-ORDER += ("multicast",)
+ORDER += ("multicast", "stream_k", "sk_order")
 
 
 WIDTH = 120  # the project's line length (pyproject.toml's ruff); the table sits between "fmt: off" and "fmt: on"

@@ -221,6 +221,12 @@ def variants() -> dict[str, tuple[int, object]]:
         out[f"mcss_{m}"] = (m, replace(base[m], multicast=4))  # and the consumers' full waits
     for m in (4096, 8192):
         out[f"mc_{m}"] = (m, replace(big, multicast=1))
+    # v30: stream-K on 132 programs, beside the table's entries (lz_: 128x128, lazy inits; w256s3_: 128x256)
+    for m in (512, 1024, 2048):  # (at M <= 512 the ranges are too short: the entry itself runs)
+        out[f"sk_{m}"] = (m, replace(base[m], lazy_init=True, stream_k=True))
+        out[f"ske_{m}"] = (m, replace(base[m], stream_k=True))  # eager inits
+    for m in (4096, 8192):
+        out[f"sk_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, stream_k=True))
     return out
 
 

@@ -51,6 +51,7 @@ def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module
     its traced copy, with ``extra`` arguments) for sm_90 with the launcher's own arguments for M rows of seq_len
     ``s``."""
     plan = module.plan_for(m, cfg, programs)
+    cfg = module.launched_config(m, cfg, plan)  # what the launch would run (multicast / stream_k where they apply)
     args, kwargs = module.launch_arguments(*launch_tensors(m, s), s, cfg, plan)
     fn = module.entry_kernel(cfg)
     if cfg.multicast:  # compiled twice: the second time with the shared-memory offsets the first one has
@@ -100,6 +101,14 @@ def sass_counts(cubin: bytes) -> str:
     return ", ".join(f"SASS {op} {words.count(op)}" for op in ("HGMMA", "STSM", "UTMASTG"))
 
 
+def waterfalls(cubin: bytes) -> int:
+    """The SASS's waterfall loops (``BRA.U.ANY``): where ptxas could not prove a value warp-uniform that an
+    instruction needs in a uniform register (a TMA's coordinates, a barrier's address), it loops over the lanes'
+    values. v30 run a: one inline-PTX read of %tid or %laneid anywhere in the kernel put one around every TMA of
+    the loader, 16 % slower (kernel/NOTES.md item 30)."""
+    return _cubin_tool("nvdisasm", cubin).count("BRA.U.ANY")
+
+
 def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     plan, k = compile_for(m, s, cfg)
     ptx = k.asm["ptx"]
@@ -110,7 +119,7 @@ def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
         f"{_resource_usage(k.asm['cubin'])}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
         f"tma_load {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.shared::cluster.global', ptx))}, "
         f"tma_store {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.global.shared', ptx))}, "
-        f"setmaxnreg {len(re.findall(r'setmaxnreg', ptx))}"
+        f"setmaxnreg {len(re.findall(r'setmaxnreg', ptx))}, waterfalls {waterfalls(k.asm['cubin'])}"
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -352,6 +353,75 @@ def test_multicast_is_checked() -> None:
     assert gb.pairs_programs(gb.plan_for(1024, ok, 132)) and gb.pairs_programs(gb.plan_for(512, ok, 132))
 
 
+@pytest.mark.parametrize("m", [1024, 1536, 2048, 3072, 4096, 6144, 8192])
+def test_stream_k_ranges_split_each_tile_at_most_once_and_balance_the_programs(m: int) -> None:
+    """v30: on the H200's 132 programs the stream kind's K-steps are cut into one range a program, in order and
+    without gap or overlap; every range is at least one tile long (so a tile is split at most once, between programs
+    p and p + 1: the later one, which waits for the earlier one's partial); and every program runs the same number
+    of K-steps, whole tiles and range together, within one (the whole-tile plan runs 128 programs of up to 64 at
+    M = 1024)."""
+    from dataclasses import replace
+
+    cfg = replace(gb.GLUON_TABLE[bucket_for(m)][0], stream_k=True)
+    kind = gb.stream_k_kind(m, cfg, 132)
+    assert kind == (2 if m <= 2048 else 1)  # the shorter tiles' kind: grad_weight's K = M, grad_attn's 2048
+    l_ga, l_gw = 2048 // cfg.bk, -(-m // cfg.bk)
+    n_ga, n_gw = -(-m // cfg.ga_bm) * (2048 // cfg.ga_bn), (2048 // cfg.gw_bm) * (2048 // cfg.gw_bn)
+    l_s, n_s, l_w, n_w = (l_gw, n_gw, l_ga, n_ga) if kind == 2 else (l_ga, n_ga, l_gw, n_gw)
+    ranges = gb.stream_k_ranges(m, cfg, 132, kind)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n_s * l_s
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert all(z1 - z0 >= l_s for z0, z1 in ranges)
+    steps = [z1 - z0 + l_w * len(range(p, n_w, 132)) for p, (z0, z1) in enumerate(ranges)]
+    assert sum(steps) == n_ga * l_ga + n_gw * l_gw and max(steps) - min(steps) <= 1
+    assert gb.plan_for(m, cfg, 132).programs == 132
+
+
+def test_stream_k_is_checked_and_falls_back_where_the_ranges_are_too_short() -> None:
+    """stream_k refuses what its entry does not run; at M <= 512 (a range shorter than a tile) and on one program the
+    launch runs the same configuration without it."""
+    from dataclasses import replace
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    for bad in ({"host_desc": False}, {"ga_bm": 64}, {"gw_bn": 256}, {"epi_hold": True, "stages": 7}, {"bk": 32},
+                {"k_rotate": 1}, {"multicast": 1, "lazy_init": False}):  # fmt: skip
+        with pytest.raises(ValueError, match="stream_k"):
+            replace(cfg, stream_k=True, **bad)
+    sk = replace(cfg, stream_k=True)
+    for m, programs in ((512, 132), (256, 132), (1024, 1)):
+        assert gb.stream_k_kind(m, sk, programs) == 0
+        plan = gb.plan_for(m, sk, programs)
+        assert gb.launched_config(m, sk, plan) == cfg
+        assert gb.entry_kernel(gb.launched_config(m, sk, plan)) is gb.gluon_bwd_kernel_host_desc
+    assert gb.entry_kernel(sk) is gb.gluon_bwd_kernel_sk
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_stream_k_compiles_with_its_flag_protocol_and_without_spills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v30's entry for sm_90: each warpgroup publishes its partial with one release and waits for the earlier
+    program's with one acquire, stores and loads the partial in 8-byte pairs, and (128x128 tiles) keeps every
+    register in registers, no advisory that the wgmma pipeline is serialised; the 128x256 tiles' ring fits."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_for
+
+    for m in (1024, 4096):
+        plan, k = compile_for(m, 128, replace(gb.GLUON_TABLE[m][0], stream_k=True))
+        assert plan.programs == 132 and k.name == "gluon_bwd_kernel_sk", m
+        ptx = k.asm["ptx"]
+        assert ptx.count("st.release.gpu.global.u32") == 2, m  # one release a warpgroup
+        assert ptx.count("ld.acquire.gpu.global.u32") == 4, m  # a warpgroup's first try and its loop's
+        values = 64 * gb.GLUON_TABLE[m][0].gw_bn // 128  # fp32 values of a warpgroup's half a thread
+        assert len(re.findall(r"st\.global\.v2\.[bf]32", ptx)) == 2 * values // 2, m
+        assert len(re.findall(r"ld\.global\.v2\.[bf]32", ptx)) == 2 * values // 2, m
+        assert k.metadata.shared <= H200_SHARED_MAX, m
+        report = ptxas_report(ptx)
+        assert not re.findall(r"C751[147]", report), (m, report[-1500:])
+        if m == 1024:
+            assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report[-1500:]
+
+
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.MonkeyPatch) -> None:
     """v29: the multicast kernel addresses its B ring and its ready and empty barriers by their offsets into the
@@ -379,8 +449,8 @@ def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.Monke
     # Triton's own code at the same offsets: the second B box's plain load (the ring's first pass), the ready
     # barriers' expect and the empty barriers' waits, each at the offset read back
     assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_B'] + 8192};", ptx)
-    assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_RDY']};\n\s*// begin inline asm\n\s*@%p\d+ "
-                     r"mbarrier\.arrive\.expect_tx", ptx)  # fmt: skip
+    assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_RDY']};\n(?:\s*\.loc[^\n]*\n)*\s*// begin inline asm\n"
+                     r"\s*@%p\d+ mbarrier\.arrive\.expect_tx", ptx)  # fmt: skip
     assert re.search(rf"add\.s32\s+%r\d+, %r\d+, {offs['MC_EMP']};", ptx)
     assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], 4;", ptx)  # 2 consumers x 2 CTAs
     report = ptxas_report(ptx)
@@ -478,6 +548,41 @@ def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
         assert int(re.search(r"tma_load (\d+)", line).group(1)) > 0, line
         assert int(re.search(r"tma_store (\d+)", line).group(1)) > 0, line
         assert int(re.search(r"setmaxnreg (\d+)", line).group(1)) > 0, line  # warp-specialised partitions
+        assert re.search(r"waterfalls 0\b", line), line  # every TMA's operands in uniform registers
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_inline_ptx_reads_no_thread_index_so_the_loader_keeps_its_uniform_registers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """v30: ptxas loops over the lanes (a waterfall, ``BRA.U.ANY``) around every TMA of the kernel once any inline PTX
+    of it reads %tid or branches (run a: 25 loops, 16 % slower at M = 1024, v29's multicast kernels too). Stream-K's
+    flags and the multicast's handshake and remote release take the thread from an operand or elect it: none in
+    their SASS, as in the entries'; the same kernel with its publish predicated on a %tid read inside the PTX has
+    them again."""
+    from dataclasses import replace
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_for, waterfalls
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    cfg = gb.GLUON_TABLE[1024][0]
+    for on in ({"stream_k": True}, {"multicast": 1, "lazy_init": False}, {"multicast": 2, "lazy_init": False}):
+        assert waterfalls(compile_for(1024, 128, replace(cfg, **on))[1].asm["cubin"]) == 0, on
+
+    @gluon.jit
+    def publish_by_tid(flag):
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; and.b32 t, t, 127; setp.eq.u32 p, t, 0; "
+            "@p st.release.gpu.global.u32 [$1], 1; mov.u32 $0, 0; }",
+            "=r,l", [flag], dtype=gl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    monkeypatch.setattr(gb, "_sk_publish", publish_by_tid)
+    for caller in (gb.gluon_bwd_kernel_sk, gb._sk_consumer0, gb._sk_consumer1, gb._sk_consumer):
+        monkeypatch.setattr(caller, "hash", None)  # Triton's memoised source hashes: compiled afresh, not cached
+    assert waterfalls(compile_for(1024, 128, replace(cfg, stream_k=True))[1].asm["cubin"]) > 0
 
 
 # ------------------------------------------------------------------------------------------------ on a GPU
@@ -535,6 +640,25 @@ def test_multicast_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=1), b, s, seed=13 * s + b)
+
+
+_SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), _SK_SHAPES)
+def test_stream_k_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v30 (off in the table): stream-K (132 programs, one kind's K-steps split evenly, a split tile joined through
+    the fp32 workspace) against the harness's correctness loop and bit for bit run to run, on both splits (grad_weight's
+    at M = 1024-2048 and 1536 off-grid, grad_attn's at 3072-8192 with 128x256 tiles) and M = 512, where the ranges are
+    too short and the entry runs without it."""
+    from dataclasses import replace
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    cfg = replace(gb.GLUON_TABLE[bucket_for(b * s)][0], stream_k=True)
+    _correct_and_repeatable(cfg, b, s, seed=17 * s + b)
+    _correct_and_repeatable(cfg, b, s, seed=19 * s + b)  # the flags left at 0 by the launches before
 
 
 def test_the_sweeps_selection_keeps_each_buckets_baseline_unless_beaten_by_the_margin(
