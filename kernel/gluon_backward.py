@@ -39,8 +39,8 @@ barriers by the offsets Triton's allocation pass gives them, ``multicast_offsets
 pinned launcher, ``_launch_multicast``); 1.19-1.23x slower, measured with a waterfall loop around every TMA (below).
 v30 (off in the table, item 30): ``stream_k``, one kind of tile whole and the other's K-steps split evenly over
 every SM's program, a split tile joined through an fp32 workspace and a flag (``gluon_bwd_kernel_sk``); 1.13-1.40x
-slower. No inline PTX here reads ``%tid`` / ``%laneid`` or branches: one that did made ptxas loop over the lanes
-around every TMA of the kernel (``scripts/diag_gluon.py`` counts the loops; a test keeps them at 0).
+slower. No inline PTX inside the partitions reads ``%tid`` / ``%laneid``: one that did made ptxas loop over the
+lanes around the loader's TMAs and mbarrier inits (``scripts/diag_gluon.py`` counts the loops; a test keeps them at 0).
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -387,8 +387,8 @@ if GLUON_IMPORTED:
     def _mc_signal_asm() -> str:
         """MC (v29): the warp's elected lane adds 1 to the cluster's launch counter at $1 (release, GPU scope: the
         CTA's mbarrier inits before it); every lane gets the counter's value before the add. The lane is elected,
-        not read: a ``%laneid`` or ``%tid`` read inside inline PTX makes ptxas give up uniform registers for the
-        whole kernel (a waterfall loop around every TMA; kernel/NOTES.md item 30)."""
+        not read: a ``%laneid`` or ``%tid`` read inside a partition's inline PTX makes ptxas give up the loader's
+        uniform registers (a waterfall loop around its TMAs and mbarrier inits; kernel/NOTES.md item 30)."""
         return (
             "{ .reg .pred p; .reg .b32 o, l; mov.u32 o, 0; elect.sync l|p, 0xffffffff; "
             "@p atom.add.release.gpu.global.u32 o, [$1], 1; shfl.sync.idx.b32 $0, o, l, 0x1f, 0xffffffff; }"
@@ -1590,8 +1590,8 @@ if GLUON_IMPORTED:
     def _sk_publish(flag):
         """SK (v30): after the warpgroup's barrier (every thread's partial stored), each thread sets the flag to 1 by
         a release at GPU scope (the barrier orders every thread's stores before each release; CUTLASS's stream-K
-        has one thread do it). No branch and no thread-dependent predicate in the PTX: either made ptxas give up
-        the loader's uniform registers for the whole kernel (v30 run a: a waterfall loop around every TMA)."""
+        has one thread do it). No thread-dependent predicate in the PTX: a ``%tid`` read made ptxas give up the
+        loader's uniform registers (v30 run a: a waterfall loop around each of its TMAs and mbarrier inits)."""
         gl.inline_asm_elementwise("st.release.gpu.global.u32 [$1], 1; mov.u32 $0, 0;", "=r,l", [flag],
                                   dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 

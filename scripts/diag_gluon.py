@@ -104,7 +104,7 @@ def sass_counts(cubin: bytes) -> str:
 def waterfalls(cubin: bytes) -> int:
     """The SASS's waterfall loops (``BRA.U.ANY``): where ptxas could not prove a value warp-uniform that an
     instruction needs in a uniform register (a TMA's coordinates, a barrier's address), it loops over the lanes'
-    values. v30 run a: one inline-PTX read of %tid or %laneid anywhere in the kernel put one around every TMA of
+    values. v30 run a: one inline-PTX read of %tid in a consumer partition put one around every TMA of
     the loader, 16 % slower (kernel/NOTES.md item 30)."""
     return _cubin_tool("nvdisasm", cubin).count("BRA.U.ANY")
 

@@ -568,7 +568,7 @@ def part_trace(args: argparse.Namespace, device) -> None:
 
 def compile_only(ms: list[int], names: list[str]) -> int:
     """The traced copy compiled for sm_90 on this host (no GPU): per M and variant, one line of figures."""
-    from diag_gluon import _resource_usage, compile_for, sass_counts  # scripts/ is on the path as a script
+    from diag_gluon import _resource_usage, compile_for, sass_counts, waterfalls  # scripts/ is on the path (a script)
 
     modules = traced_modules(names)
     trace = torch.zeros(132 * 2 * SLOTS * len(FIELDS), dtype=torch.int64)
@@ -590,7 +590,7 @@ def compile_only(ms: list[int], names: list[str]) -> int:
                 f"globaltimer {ptx.count('%globaltimer')}, smid {ptx.count('%smid')}, "
                 f"st.global {ptx.count('st.global')}, wgmma {ptx.count('wgmma.mma_async')}, "
                 f"tma_store {ptx.count('cp.async.bulk.tensor.2d.global.shared')}, stmatrix {ptx.count('stmatrix')}, "
-                f"{sass_counts(k.asm['cubin'])}",
+                f"{sass_counts(k.asm['cubin'])}, waterfalls {waterfalls(k.asm['cubin'])}",
                 flush=True,
             )
     return 0

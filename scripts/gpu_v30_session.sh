@@ -4,11 +4,11 @@
 # split tile joined through an fp32 workspace and a flag) first checked alone with a short timeout (a wrong flag
 # protocol hangs: v30_smoke.log), then its GPU tests (v30_gpu_tests.log), then swept beside the table's entries at
 # M = 1024-8192 (v30_sweep.log, v30_select.json; no table change here: the selection is read first).
-# Runs b and c were scripts/diag_stream_k.py (item 30). Run d (after runs a-c: no inline PTX reads %tid / %laneid or
-# branches any more, which had cost every TMA of the kernel a waterfall loop, v29's multicast kernels included): the
+# Runs b and c were scripts/diag_stream_k.py (item 30). Run d (after runs a-c: no inline PTX in the partitions reads
+# %tid / %laneid any more, which had cost every TMA of the loader a waterfall loop, v29's multicast kernels too): the
 # sweep of the fixed stream-K and v29's multicast (mc) beside the entries and v18's eager ring, their GPU tests,
-# logs v30d_*.
-# Usage: bash scripts/gpu_v30_session.sh [d]   (~400 s at most with the machine warm; logs under $OUT)
+# and the trace of mc beside v18 (per K-step time, data waits, the loader's lead: item 29's columns), logs v30d_*.
+# Usage: bash scripts/gpu_v30_session.sh [d]   (a: ~400 s, d: ~420 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -29,6 +29,8 @@ if [ "${1:-}" = d ]; then
   cp "$OUT/select.json" "$OUT/v30d_select.json" 2>/dev/null
   timeout 100 python3 -m pytest --noconftest -q -m gpu tests/kernel/test_gluon.py -k "stream_k or multicast" 2>&1 \
     | tee "$OUT/v30d_gpu_tests.log" | tail -n 5
+  timeout 70 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants eager,mc --kinds both --reps 10 2>&1 \
+    | grep -v -i warn | tee "$OUT/v30d_trace.log" | tail -n 30
   exit 0
 fi
 timeout 120 python3 - <<'PY' 2>&1 | grep -v -i warn | tee "$OUT/${T}_smoke.log"

@@ -556,7 +556,7 @@ def test_inline_ptx_reads_no_thread_index_so_the_loader_keeps_its_uniform_regist
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """v30: ptxas loops over the lanes (a waterfall, ``BRA.U.ANY``) around every TMA of the kernel once any inline PTX
-    of it reads %tid or branches (run a: 25 loops, 16 % slower at M = 1024, v29's multicast kernels too). Stream-K's
+    of its partitions reads %tid (run a: 25 loops, 16 % slower at M = 1024, v29's multicast kernels too). Stream-K's
     flags and the multicast's handshake and remote release take the thread from an operand or elect it: none in
     their SASS, as in the entries'; the same kernel with its publish predicated on a %tid read inside the PTX has
     them again."""

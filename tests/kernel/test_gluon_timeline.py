@@ -28,6 +28,11 @@ def test_traced_gluon_kernel_compiles_cooperative_and_pingpong_with_its_stamps()
         # the stamps (timer and SM id), their records' stores, and the kernel's own MMAs
         for what in ("globaltimer", "smid", "st.global", "wgmma"):
             assert int(re.search(rf"{re.escape(what)} (\d+)", line).group(1)) > 0, line
+    # the stamps put no waterfall loop around the loader's TMAs (the trace times the kernel, not a slower copy);
+    # v23's L2 prefetch has its own, by design: each thread prefetches its own address (kernel/NOTES.md item 30)
+    loops = {name: int(re.search(r"waterfalls (\d+)", line).group(1)) for name, line in zip(names, lines, strict=True)}
+    assert loops["M=512 coop"] == loops["M=512 pp7"] == loops["M=512 w256s4h"] == 0, loops
+    assert loops["M=512 pfa4"] > 0, loops
 
 
 def test_a_lost_anchor_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
