@@ -1860,24 +1860,6 @@ if GLUON_IMPORTED:
         tma.store_wait(pendings=0)
 
     @gluon.jit
-    def _sk_consumer0(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
-                      sk_c, SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
-                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
-                      DIAG: gl.constexpr):  # fmt: skip
-        _sk_consumer(0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, sk_part, sk_flag, M, S, n_ga_m,
-                     sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY, DIAG)  # fmt: skip
-
-    @gluon.jit
-    def _sk_consumer1(ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
-                      sk_c, SK: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
-                      GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-                      BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
-                      DIAG: gl.constexpr):  # fmt: skip
-        _sk_consumer(1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, sk_part, sk_flag, M, S, n_ga_m,
-                     sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY, DIAG)  # fmt: skip
-
-    @gluon.jit
     def _sk_loader_part(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, sync, M, n_ga_m, sk_c, SK: gl.constexpr,
                         HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
                         GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
@@ -1918,12 +1900,12 @@ if GLUON_IMPORTED:
                 mbarrier.init(empty.index(i), count=2)
         gl.warp_specialize(
             [
-                (_sk_consumer0, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M,
-                                 S, n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
-                                 DIAG)),
-                (_sk_consumer1, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, sk_part, sk_flag, M,
-                                 S, n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
-                                 DIAG)),
+                (_sk_consumer, (0, ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, sync, sk_part, sk_flag, M, S,
+                                n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
+                                DIAG)),
+                (_sk_consumer, (1, ga_out, gw_out, a_ring, b_ring, ready, empty, epi1, sync, sk_part, sk_flag, M, S,
+                                n_ga_m, sk_c, SK, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY,
+                                DIAG)),
                 (_sk_loader_part, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, sync, M, n_ga_m, sk_c, SK, HID,
                                    GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)),
             ],
