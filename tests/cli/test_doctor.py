@@ -139,23 +139,29 @@ def test_fake_gpu_host_without_toolkit_fails_the_gpu_lines(tmp_path: Path) -> No
 
     needs_image()
     path = fake_bin(tmp_path, FAKE_SMI)
-    code, lines, err = doctor("--image", IMAGE, PATH=path)  # GPU host by default: nvidia-smi is on PATH
-    body = check_lines(lines)
-    assert code == 1, err
-    assert lines[0] == f"solci doctor: a gpu host (image {IMAGE})"
-    assert line(body, "ok   host GPU 0, NVIDIA H200, 580.159.04, driver supports CUDA 13.0")
-    toolkit = line(body, "FAIL NVIDIA container toolkit")
-    assert "nvidia-container-toolkit" in toolkit and "nvidia-ctk runtime configure --runtime=docker" in toolkit
-    assert "not the cuda variant" in line(body, f"FAIL image {IMAGE}")
-    assert "CPU build cannot use the GPU" in line(body, f"FAIL stack in {IMAGE}")
-    assert line(body, f"ok   C compiler Triton uses in {IMAGE}")  # the CPU-side checks still run
-    assert line(body, f"ok   Triton's CUDA driver module (driver.c) compiles in {IMAGE}")
-    gpu = line(body, f"FAIL GPU 0 visible inside a container of {IMAGE}")
-    assert "the engine could not start it" in gpu and "install the NVIDIA container toolkit" in gpu
-    assert line(body, "skip a Triton kernel compiles and runs on the GPU").endswith("needs the GPU inside a container")
     client = docker.from_env()
-    try:  # the containers the engine could not start are removed too
-        assert not client.containers.list(all=True, filters={"label": "solci.doctor=1"})
+    try:
+        # a doctor run killed before its clean-up (another process's) may have left one: only this run's count
+        before = {c.id for c in client.containers.list(all=True, filters={"label": "solci.doctor=1"})}
+        code, lines, err = doctor("--image", IMAGE, PATH=path)  # GPU host by default: nvidia-smi is on PATH
+        body = check_lines(lines)
+        assert code == 1, err
+        assert lines[0] == f"solci doctor: a gpu host (image {IMAGE})"
+        assert line(body, "ok   host GPU 0, NVIDIA H200, 580.159.04, driver supports CUDA 13.0")
+        toolkit = line(body, "FAIL NVIDIA container toolkit")
+        assert "nvidia-container-toolkit" in toolkit and "nvidia-ctk runtime configure --runtime=docker" in toolkit
+        assert "not the cuda variant" in line(body, f"FAIL image {IMAGE}")
+        assert "CPU build cannot use the GPU" in line(body, f"FAIL stack in {IMAGE}")
+        assert line(body, f"ok   C compiler Triton uses in {IMAGE}")  # the CPU-side checks still run
+        assert line(body, f"ok   Triton's CUDA driver module (driver.c) compiles in {IMAGE}")
+        gpu = line(body, f"FAIL GPU 0 visible inside a container of {IMAGE}")
+        assert "the engine could not start it" in gpu and "install the NVIDIA container toolkit" in gpu
+        assert line(body, "skip a Triton kernel compiles and runs on the GPU").endswith(
+            "needs the GPU inside a container"
+        )
+        # the containers the engine could not start are removed too
+        after = {c.id for c in client.containers.list(all=True, filters={"label": "solci.doctor=1"})}
+        assert not after - before, after - before
     finally:
         client.close()
 
