@@ -1608,6 +1608,18 @@ if GLUON_IMPORTED:
                                   dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
     @gluon.jit
+    def _sk_join(sk_part, offs, flag, layout: gl.constexpr, WM: gl.constexpr, WN: gl.constexpr, DIAG: gl.constexpr):
+        """SK: the earlier program's fp32 partial at ``offs`` into the workspace, once ``flag`` says it is stored
+        (``_sk_wait``). DIAG 2: no wait; DIAG 1: zeros instead of the load (``gluon_bwd_kernel_sk``'s diagnostics)."""
+        if DIAG & 2 == 0:
+            _sk_wait(flag)
+        if DIAG & 1 == 0:
+            part = gl.load(sk_part + offs)
+        else:
+            part = gl.zeros([WM, WN], gl.float32, layout)
+        return part
+
+    @gluon.jit
     def _sk_ranges(M, n_ga_m, SK: gl.constexpr, HID: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
                    GW_BN: gl.constexpr, BK: gl.constexpr):  # fmt: skip
         """SK: (n_w, l_w, n_s, l_s, z0, z1): the whole kind's tiles and K-steps a tile (program p runs its tiles p,
@@ -1826,12 +1838,7 @@ if GLUON_IMPORTED:
             offs = _sk_offsets(layout, WM, WN, (pid - 1) * 2 + WG)
             flag = sk_flag + (pid - 1) * 2 + WG
             if WN > 128:  # 128x256: no registers for the partial beside the accumulator: it is the initial value
-                if DIAG & 2 == 0:
-                    _sk_wait(flag)
-                if DIAG & 1 == 0:
-                    acc = gl.load(sk_part + offs)
-                else:
-                    acc = gl.zeros([WM, WN], gl.float32, layout)
+                acc = _sk_join(sk_part, offs, flag, layout, WM, WN, DIAG)
                 acc, it = _sk_steps(SK, l_s - z0 % l_s, acc, it, a_ring, b_ring, ready, empty, WG, GA_BM, GA_BN,
                                     GW_BM, GW_BN, BK, STAGES)  # fmt: skip
             else:
@@ -1842,12 +1849,7 @@ if GLUON_IMPORTED:
                 mbarrier.wait(ready.index(s), phase)
                 acc = _sk_mma(SK, s, gl.zeros([WM, WN], gl.float32, layout), a_ring, b_ring, WG, GA_BM, GA_BN,
                               GW_BM, GW_BN, BK)  # fmt: skip
-                if DIAG & 2 == 0:
-                    _sk_wait(flag)
-                if DIAG & 1 == 0:
-                    part = gl.load(sk_part + offs)
-                else:
-                    part = gl.zeros([WM, WN], gl.float32, layout)
+                part = _sk_join(sk_part, offs, flag, layout, WM, WN, DIAG)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 mbarrier.arrive(empty.index(s), count=1)
                 it += 1
