@@ -89,6 +89,11 @@ PINNED_TRITON = "3.6.0"  # the Gluon API this module is written against
 HOST_DESC_ENTRY = "gluon_bwd_kernel_host_desc"
 DESC_PARAMS = 5
 
+# The schedules' switches that change the ring or the epilogue: the kernels with a ring of their own (multicast,
+# stream_k) take none of them (GluonConfig.switches_on)
+SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch")
+SCHEDULE_SWITCHES += ("next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first")
+
 
 @dataclass(frozen=True)
 class GluonConfig:
@@ -194,24 +199,13 @@ class GluonConfig:
             or self.ga_bm != 128
             or self.gw_bm != 128
             or self.ga_bn != self.gw_bn
-            or self.epi_hold
-            or self.pingpong
-            or self.halves
             or self.hold_release != 1
-            or self.l2_prefetch
-            or self.gw_first
-            or self.k_rotate
-            or self.tmap_prefetch
-            or self.next_prefetch
-            or self.epi_defer
-            or self.serpentine
-            or self.epi_global
-            or self.first_ahead
             or self.multicast
+            or self.switches_on()
         ):
             raise ValueError(
                 "stream_k: cooperative 128-row tiles of one width for both kinds, host descriptors, bk 64 (lazy_init "
-                "may be on; none of the other schedules' switches)"
+                f"may be on; none of the other schedules' switches; on: {', '.join(self.switches_on()) or 'none'})"
             )
         if self.bk not in (32, 64) or (self.bk != 64 and (not self.host_desc or self.pingpong or self.epi_hold)):
             raise ValueError(f"bk {self.bk}: 64, or 32 with host descriptors, cooperative, no held stage")
@@ -252,23 +246,13 @@ class GluonConfig:
                 or (self.ga_bm, self.ga_bn, self.gw_bm, self.gw_bn) != (128, 128, 128, 128)
                 or self.group % 2
                 or self.lazy_init
-                or self.epi_hold
-                or self.pingpong
-                or self.halves
-                or self.epi_defer
-                or self.epi_global
-                or self.first_ahead
-                or self.l2_prefetch
-                or self.next_prefetch
-                or self.k_rotate
-                or self.serpentine
-                or self.tmap_prefetch
-                or self.gw_first
+                or self.switches_on()
             )
         ):
             raise ValueError(
                 "multicast 0-4: cooperative 128x128 tiles of both kinds, host descriptors, bk 64, an even group, the "
-                "ring's inits eager (no lazy_init) and none of the other schedules' switches"
+                f"ring's inits eager (no lazy_init) and none of the other schedules' switches (on: "
+                f"{', '.join(self.switches_on()) or 'none'})"
             )
         if self.serpentine and (self.k_rotate or self.next_prefetch or self.l2_prefetch):
             raise ValueError("serpentine: not with k_rotate or the prefetches (they assume tiles walked forwards)")
@@ -284,6 +268,10 @@ class GluonConfig:
             raise ValueError(f"hold_release {self.hold_release}: must be 1, or at most stages - 1 ({self.stages - 1})")
         if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):
             raise ValueError("hold_release > 1 needs the cooperative held stage (epi_hold, or pp_gw_only)")
+
+    def switches_on(self) -> list[str]:
+        """The schedules' switches (``SCHEDULE_SWITCHES``) this configuration turns on."""
+        return [name for name in SCHEDULE_SWITCHES if getattr(self, name)]
 
     @property
     def pingpong_mode(self) -> int:
@@ -454,7 +442,7 @@ if GLUON_IMPORTED:
     def _mc_wait(flag, old):
         """MC: wait until the cluster's launch counter has both CTAs' adds of this launch: at least (old | 1) + 1,
         ``old`` the value this CTA's add found (each launch adds 2; compared by difference, so a wrapped counter
-        still works). The loop is the kernel's (an acquire a try), not a branch inside inline PTX."""
+        still works): an acquire a try, ``_acquire``, as stream-K's flag waits."""
         target = (old | 1) + 1
         v = _acquire(flag)
         while v - target < 0:
@@ -1943,48 +1931,25 @@ def launch_arguments(
         ga_wm = cfg.ga_bm // 2 if cfg.ga_bm >= 128 else cfg.ga_bm
         ga_out = GluonTensorDescriptor.from_tensor(ga_rows, [ga_wm, HEAD_DIM], _nvmma([ga_wm, HEAD_DIM]))
         gw_out = GluonTensorDescriptor.from_tensor(gw, [cfg.gw_bm // 2, 64], _nvmma([cfg.gw_bm // 2, 64]))
-        args: tuple = (go_a, w_b, go_t, x_b, ga_out, gw_out, m, s, plan.n_ga_m, plan.p_ga)
-        if cfg.stream_k:  # SK's entry: the workspace after the descriptors, no P_GA, the split kind a constexpr
-            kind = stream_k_kind(m, cfg, plan.programs)
-            if not kind:
-                raise ValueError(f"stream_k: M={m} on {plan.programs} programs has ranges too short to split")
-            part, flag = sk_workspace or (
-                torch.empty(1, dtype=torch.float32, device=go2.device),
-                torch.zeros(1, dtype=torch.int32, device=go2.device),
-            )
-            args = (
-                go_a,
-                w_b,
-                go_t,
-                x_b,
-                ga_out,
-                gw_out,
-                part,
-                flag,
-                m,
-                s,
-                plan.n_ga_m,
-                stream_k_interleave(m, cfg, plan.programs, kind),
-            )
-            sk = {"SK": kind, "HID": HIDDEN, "NH": NUM_HEADS, "HD": HEAD_DIM, "GA_BM": cfg.ga_bm, "GA_BN": cfg.ga_bn}
-            sk.update(GW_BM=cfg.gw_bm, GW_BN=cfg.gw_bn, BK=bk, STAGES=cfg.stages, GROUP=cfg.group)
-            sk.update(LOADER_REGS=cfg.loader_regs, LAZY=cfg.lazy_init)
-            return args, sk
+        descs = (go_a, w_b, go_t, x_b, ga_out, gw_out)
+        args: tuple = (*descs, m, s, plan.n_ga_m, plan.p_ga)
     else:
         args = (go2, w2, x2, ga, gw, m, s, plan.n_ga_m, plan.p_ga)
+    tiles = {"HID": HIDDEN, "NH": NUM_HEADS, "HD": HEAD_DIM, "GA_BM": cfg.ga_bm, "GA_BN": cfg.ga_bn, "GW_BM": cfg.gw_bm}
+    tiles.update(GW_BN=cfg.gw_bn, BK=bk, STAGES=cfg.stages, GROUP=cfg.group, LOADER_REGS=cfg.loader_regs)
+    if cfg.stream_k:  # SK's entry: the workspace after the descriptors, no P_GA, the split kind a constexpr
+        kind = stream_k_kind(m, cfg, plan.programs)
+        if not kind:
+            raise ValueError(f"stream_k: M={m} on {plan.programs} programs has ranges too short to split")
+        part, flag = sk_workspace or (
+            torch.empty(1, dtype=torch.float32, device=go2.device),
+            torch.zeros(1, dtype=torch.int32, device=go2.device),
+        )
+        args = (*descs, part, flag, m, s, plan.n_ga_m, stream_k_interleave(m, cfg, plan.programs, kind))
+        return args, {"SK": kind, **tiles, "LAZY": cfg.lazy_init}
     constexprs = {
         "GA_FIRST": plan.ga_first,
-        "HID": HIDDEN,
-        "NH": NUM_HEADS,
-        "HD": HEAD_DIM,
-        "GA_BM": cfg.ga_bm,
-        "GA_BN": cfg.ga_bn,
-        "GW_BM": cfg.gw_bm,
-        "GW_BN": cfg.gw_bn,
-        "BK": bk,
-        "STAGES": cfg.stages,
-        "GROUP": cfg.group,
-        "LOADER_REGS": cfg.loader_regs,
+        **tiles,
         "EPI_HOLD": cfg.epi_hold,
         "PINGPONG": cfg.pingpong_mode,
         "PP_DEPTH": cfg.pp_depth,
@@ -2082,13 +2047,17 @@ def launched_config(m: int, cfg: GluonConfig, plan: Plan) -> GluonConfig:
     return cfg
 
 
+def _sk_tiles(m: int, cfg: GluonConfig) -> tuple[int, int, int, int]:
+    """SK: (grad_attn tiles, their K-steps, grad_weight tiles, their K-steps) of ``cfg`` at M rows."""
+    n_ga, n_gw = -(-m // cfg.ga_bm) * (HIDDEN // cfg.ga_bn), (HIDDEN // cfg.gw_bm) * (HIDDEN // cfg.gw_bn)
+    return n_ga, HIDDEN // cfg.bk, n_gw, -(-m // cfg.bk)
+
+
 def stream_k_ranges(m: int, cfg: GluonConfig, programs: int, kind: int) -> list[tuple[int, int]]:
     """SK (v30): each program's range [z0, z1) of the stream kind's K-steps (``kind`` 1: grad_attn's split, 2:
     grad_weight's), all its tiles' in a row, when the other kind's tiles go whole to programs p, p + P, ...: program p
     runs floor((p + 1) T / P) - floor(p T / P) of the T K-steps (``_sk_ranges`` in the kernel: the same arithmetic)."""
-    n_ga = -(-m // cfg.ga_bm) * (HIDDEN // cfg.ga_bn)
-    n_gw = (HIDDEN // cfg.gw_bm) * (HIDDEN // cfg.gw_bn)
-    l_ga, l_gw = HIDDEN // cfg.bk, -(-m // cfg.bk)
+    n_ga, l_ga, n_gw, l_gw = _sk_tiles(m, cfg)
     n_w, l_w = (n_ga, l_ga) if kind == 2 else (n_gw, l_gw)
     total = n_ga * l_ga + n_gw * l_gw
     base, rem = divmod(n_w, programs)
@@ -2104,19 +2073,21 @@ def stream_k_interleave(m: int, cfg: GluonConfig, programs: int, kind: int) -> i
     grouped order), where it divides the stream's tiles: the kernel's ``_sk_tile`` interleaves the stream by it."""
     if cfg.sk_order == "linear":
         return 1
-    n_s = -(-m // cfg.ga_bm) * (HIDDEN // cfg.ga_bn) if kind == 1 else (HIDDEN // cfg.gw_bm) * (HIDDEN // cfg.gw_bn)
+    n_ga, _, n_gw, _ = _sk_tiles(m, cfg)
+    n_s = n_ga if kind == 1 else n_gw
     c = max(1, round(n_s / programs))  # the stream's K-steps spread evenly: n_s / P tiles a range
     return c if n_s % c == 0 else 1
 
 
+@functools.lru_cache(maxsize=64)  # asked by plan_for, launched_config and launch_arguments for every launch
 def stream_k_kind(m: int, cfg: GluonConfig, programs: int) -> int:
     """SK: which kind's K-steps a stream-K launch of ``programs`` programs splits (1 grad_attn, 2 grad_weight: the
     kind of the shorter tiles, grad_weight on a tie), or 0 where it does not apply: some program's range shorter
     than one tile of the stream kind (a tile would then be split three ways, or a program run no stream step)."""
     if not cfg.stream_k or programs < 2:
         return 0
-    kind = 2 if -(-m // cfg.bk) <= HIDDEN // cfg.bk else 1
-    length = -(-m // cfg.bk) if kind == 2 else HIDDEN // cfg.bk
+    _, l_ga, _, l_gw = _sk_tiles(m, cfg)
+    kind, length = (2, l_gw) if l_gw <= l_ga else (1, l_ga)
     if any(z1 - z0 < length for z0, z1 in stream_k_ranges(m, cfg, programs, kind)):
         return 0
     return kind

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -151,8 +152,6 @@ def test_bk_and_k_rotate_are_checked() -> None:
 def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """K-steps of 32 (v24): 12 stages of 16 KB in the bytes of 6 of 32 KB, half the wgmma instructions a step, no
     spills; ``k_rotate`` changes the loader's PTX only when it is on (the table's entries stay v23's)."""
-    from dataclasses import replace
-
     out = run_script("scripts/diag_gluon.py", "1024", "--set", "bk=32", "--set", "stages=12")
     assert out.returncode == 0, out.stderr[-3000:]
     (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
@@ -203,8 +202,6 @@ def test_l2_prefetch_reaches_the_kernel_only_when_asked(monkeypatch: pytest.Monk
     ``l2_prefetch`` the host-descriptor entry also takes grad_output, weight and reshaped as pointers and its loader
     issues bulk L2 prefetches (flag 8: weight's rows and grad_output's column slice for grad_attn tiles, the rows of
     grad_output and reshaped for grad_weight tiles)."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
@@ -244,8 +241,6 @@ def test_descriptor_prefetches_name_the_entrys_descriptors(monkeypatch: pytest.M
     nothing else, gets one ``prefetch.tensormap``; with ``next_prefetch`` the tensor prefetches name only the four
     load descriptors' parameters (go_a, w_b, go_t, x_b), one a TMA box of the next tile's first steps; off, neither
     is in the PTX. A Triton whose entry lays its parameters out otherwise fails here, not on the GPU."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
@@ -360,8 +355,6 @@ def test_stream_k_ranges_split_each_tile_at_most_once_and_balance_the_programs(m
     p and p + 1: the later one, which waits for the earlier one's partial); and every program runs the same number
     of K-steps, whole tiles and range together, within one (the whole-tile plan runs 128 programs of up to 64 at
     M = 1024)."""
-    from dataclasses import replace
-
     cfg = replace(gb.GLUON_TABLE[bucket_for(m)][0], stream_k=True)
     kind = gb.stream_k_kind(m, cfg, 132)
     assert kind == (2 if m <= 2048 else 1)  # the shorter tiles' kind: grad_weight's K = M, grad_attn's 2048
@@ -380,13 +373,16 @@ def test_stream_k_ranges_split_each_tile_at_most_once_and_balance_the_programs(m
 def test_stream_k_is_checked_and_falls_back_where_the_ranges_are_too_short() -> None:
     """stream_k refuses what its entry does not run; at M <= 512 (a range shorter than a tile) and on one program the
     launch runs the same configuration without it."""
-    from dataclasses import replace
-
     cfg = gb.GLUON_TABLE[1024][0]
     for bad in ({"host_desc": False}, {"ga_bm": 64}, {"gw_bn": 256}, {"epi_hold": True, "stages": 7}, {"bk": 32},
                 {"k_rotate": 1}, {"multicast": 1, "lazy_init": False}):  # fmt: skip
         with pytest.raises(ValueError, match="stream_k"):
             replace(cfg, stream_k=True, **bad)
+    # the refusal names the other schedules' switches that are on (one list, gb.SCHEDULE_SWITCHES, for multicast too)
+    with pytest.raises(ValueError, match=r"stream_k: .*on: k_rotate, tmap_prefetch\)$"):
+        replace(cfg, stream_k=True, k_rotate=1, tmap_prefetch=True)
+    with pytest.raises(ValueError, match=r"multicast 0-4: .*\(on: serpentine\)$"):
+        replace(cfg, multicast=1, lazy_init=False, serpentine=True)
     sk = replace(cfg, stream_k=True)
     for m, programs in ((512, 132), (256, 132), (1024, 1)):
         assert gb.stream_k_kind(m, sk, programs) == 0
@@ -401,8 +397,6 @@ def test_stream_k_compiles_with_its_flag_protocol_and_without_spills(monkeypatch
     """v30's entry for sm_90: each warpgroup publishes its partial with one release and waits for the earlier
     program's with one acquire, stores and loads the partial in 8-byte pairs, and (128x128 tiles) keeps every
     register in registers, no advisory that the wgmma pipeline is serialised; the 128x256 tiles' ring fits."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for
 
@@ -431,8 +425,6 @@ def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.Monke
     tile, the remote release (``mapa``, an arrival on the peer's barrier, no cluster-scope fence), the launch
     counter's add, the cluster fence after the inits, and empty barriers counting both CTAs' consumers; no spill;
     the table's entries have none of it."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for
 
@@ -472,8 +464,6 @@ def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_sev
     """v27: with ``epi_global`` the consumers store their bf16 half-tiles with ``st.global`` (four-byte pairs of
     the accumulator's layout) and issue no TMA store and no ``stmatrix``, so the epilogue buffers go and a 7th stage
     of 128x128 blocks fits an SM's shared memory; no spill, no advisory that the wgmma pipeline is serialised."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for
 
@@ -499,8 +489,6 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
     advisory that the wgmma pipeline is serialised (C7511, C7514) or waited for (C7517): deferring the fp32
     accumulator itself, or a bf16 conversion sunk into the next tile's loop, did exactly that (kernel/NOTES.md
     item 26)."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
@@ -560,8 +548,6 @@ def test_inline_ptx_reads_no_thread_index_so_the_loader_keeps_its_uniform_regist
     flags and the multicast's handshake and remote release take the thread from an operand or elect it: none in
     their SASS, as in the entries'; the same kernel with its publish predicated on a %tid read inside the PTX has
     them again."""
-    from dataclasses import replace
-
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for, waterfalls
     from triton.experimental import gluon
@@ -635,8 +621,6 @@ def test_multicast_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     """v29 (off in the table): the 2-CTA multicast kernel against the harness's correctness loop and bit for bit
     run to run, on shapes whose plans pair their programs (M = 512 partitioned, 1024-2048 shared, 768 off-grid) and
     one whose plan does not (M = 896: 123 programs, launched without the multicast)."""
-    from dataclasses import replace
-
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=1), b, s, seed=13 * s + b)
@@ -652,8 +636,6 @@ def test_stream_k_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     the fp32 workspace) against the harness's correctness loop and bit for bit run to run, on both splits (grad_weight's
     at M = 1024-2048 and 1536 off-grid, grad_attn's at 3072-8192 with 128x256 tiles) and M = 512, where the ranges are
     too short and the entry runs without it."""
-    from dataclasses import replace
-
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     cfg = replace(gb.GLUON_TABLE[bucket_for(b * s)][0], stream_k=True)
