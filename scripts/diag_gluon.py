@@ -1,8 +1,9 @@
 """Compile the Gluon kernel (kernel/gluon_backward.py) for sm_90 on a machine without a GPU.
 
 Usage (CPU host, triton 3.6.0 installed): python scripts/diag_gluon.py [M ...] [--seq S] [--set stages=4]
-Prints per shape the shared memory, registers, spills, the wgmma and TMA counts of the PTX: what must hold
-before any device time is spent. Every table entry (enabled or not) is compiled by default;
+Prints per shape the shared memory, registers, spills, the wgmma and TMA counts of the PTX and the SASS's waterfall
+loops (``waterfalls``: 0, or the loader's TMAs wait on a loop over the lanes; kernel/NOTES.md item 30): what must
+hold before any device time is spent. Every table entry (enabled or not) is compiled by default;
 tests/kernel/test_gluon.py runs this in CI.
 """
 
