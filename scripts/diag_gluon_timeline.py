@@ -72,6 +72,7 @@ VARIANTS: dict[str, dict] = {
     "mcl": {"lazy_init": False, "multicast": 2},  # v29 run c: the same clusters' coupled rings, every load local
     "mcs": {"lazy_init": False, "multicast": 3},  # v29 run d: mc, the loader's empty waits spinning on test_wait
     "mcss": {"lazy_init": False, "multicast": 4},  # and the consumers' full waits
+    "w256b32s8h": {"ga_bn": 256, "gw_bn": 256, "bk": 32, "stages": 8, "halves": True},  # v31: 128x256, K-steps of 32
     # v27 diagnostics, the table's entry with part of its cooperative epilogue taken out of the traced copy (its
     # outputs are then wrong: the check says so, the timing is what they are for): no TMA stores, no shared-memory
     # writes (stmatrix), neither
