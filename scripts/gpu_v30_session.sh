@@ -8,9 +8,9 @@
 # %tid / %laneid any more, which had cost every TMA of the loader a waterfall loop, v29's multicast kernels too): the
 # sweep of v29's multicast (mc) beside the entries and v18's eager ring (the fixed stream-K's was run c's), the GPU
 # tests of both, and the trace of mc beside v18 (per K-step time, data waits, the loader's lead: item 29's
-# columns), logs v30d_*; with v31's 128x256 tiles in K-steps of 32 (w256b32s6, w256b32s8h: 6 or 8 stages of
-# 24 KB) beside each entry, and in the trace.
-# Usage: bash scripts/gpu_v30_session.sh [d]   (a: ~400 s, d: ~480 s at most with the machine warm; logs under $OUT)
+# columns; M = 1024), logs v30d_*; with v31's 128x256 tiles in K-steps of 32 (w256b32s6, w256b32s8h: 6 or 8
+# stages of 24 KB) beside each entry, and in the trace.
+# Usage: bash scripts/gpu_v30_session.sh [d]   (a: ~400 s, d: ~400 s at most with the machine warm; logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -26,13 +26,13 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 if [ "${1:-}" = d ]; then
   ONLY="lz_1024 v18_1024 mc_1024 w256b32s6_1024 w256b32s8h_1024 lz_2048 v18_2048 mc_2048 w256b32s8h_2048"
   ONLY="$ONLY w256s3_4096 w256b32s8h_4096 w256s3_8192 w256b32s8h_8192"
-  export SWEEP_ARGS="--only $ONLY --budget-s 200 --timed 8,128 16,128 4,1024 2,4096 --margin 0.005 \
---check-timeout-s 90" TAG=v30d SWEEP_TIMEOUT=270
+  export SWEEP_ARGS="--only $ONLY --budget-s 170 --timed 8,128 16,128 4,1024 2,4096 --margin 0.005 \
+--check-timeout-s 90" TAG=v30d SWEEP_TIMEOUT=240
   bash "$(dirname "$0")/gpu_v19_session.sh" sweep
   cp "$OUT/select.json" "$OUT/v30d_select.json" 2>/dev/null
-  timeout 100 python3 -m pytest --noconftest -q -m gpu tests/kernel/test_gluon.py -k "stream_k or multicast" 2>&1 \
+  timeout 80 python3 -m pytest --noconftest -q -m gpu tests/kernel/test_gluon.py -k "stream_k or multicast" 2>&1 \
     | tee "$OUT/v30d_gpu_tests.log" | tail -n 5
-  timeout 90 python3 scripts/diag_gluon_timeline.py --ms 1024 2048 --variants eager,mc,w256b32s8h --kinds both \
+  timeout 70 python3 scripts/diag_gluon_timeline.py --ms 1024 --variants eager,mc,w256b32s8h --kinds both \
     --reps 10 2>&1 \
     | grep -v -i warn | tee "$OUT/v30d_trace.log" | tail -n 30
   exit 0
