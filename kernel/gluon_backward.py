@@ -91,8 +91,8 @@ DESC_PARAMS = 5
 
 # The schedules' switches that change the ring or the epilogue: the kernels with a ring of their own (multicast,
 # stream_k) take none of them (GluonConfig.switches_on)
-SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch")
-SCHEDULE_SWITCHES += ("next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first")
+SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch",
+                     "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -230,8 +230,8 @@ def variants() -> dict[str, tuple[int, object]]:
     # v31: 128x256 tiles of both kinds with K-steps of 32 (a 24 KB stage: twice v21's stages in the same bytes, a
     # stage back to the loader after half the bytes), lazy inits: 6 stages beside the two 32 KB epilogue buffers, or
     # 8 with the two-pass epilogue (halves); at M = 1024 one tile a grad_attn program, two a grad_weight one
+    w256b32 = replace(w256, bk=32, lazy_init=True)
     for m in (1024, 2048, 4096, 8192):
-        w256b32 = replace(w256, bk=32, lazy_init=True)
         out[f"w256b32s6_{m}"] = (m, replace(w256b32, stages=6))
         out[f"w256b32s8h_{m}"] = (m, replace(w256b32, stages=8, halves=True))
     return out

@@ -167,6 +167,29 @@ def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypat
     assert ptx[0] == plain and ptx[1] != plain
 
 
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_v31_variants_fit_their_stages_without_spills_or_waterfalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v31 (kernel/NOTES.md item 31): the sweep's 128x256 tiles in K-steps of 32 compile for sm_90 as the sweep will
+    launch them: 6 stages of 24 KB beside the two 32 KB epilogue buffers, or 8 with the two-pass epilogue, within an
+    SM's shared memory, no spill, every TMA of the loader outside a waterfall loop; half-depth steps issue half the
+    wgmma instructions of the 128x256 entry's."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    import bench_gluon_v19 as sweep
+    from diag_gluon import describe
+
+    allv = sweep.variants()
+    entry = describe(4096, 128, gb.GLUON_TABLE[4096][0])
+    for name, stages, ring in (("w256b32s6_1024", 6, 6 * 24 * 1024), ("w256b32s8h_1024", 8, 8 * 24 * 1024)):
+        m, cfg = allv[name]
+        assert (cfg.ga_bn, cfg.gw_bn, cfg.bk, cfg.stages, cfg.lazy_init) == (256, 256, 32, stages, True), name
+        line = describe(m, 128, cfg)
+        assert ring < int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+        assert "local 0" in line and "stack 0" in line and re.search(r"waterfalls 0\b", line), line
+        if not cfg.halves:  # one accumulator a warpgroup, as the entry's: two k16 instructions a step, not four
+            wgmma = int(re.search(r"wgmma (\d+)", line).group(1))
+            assert 2 * wgmma == int(re.search(r"wgmma (\d+)", entry).group(1)), (line, entry)
+
+
 def test_the_session_scripts_ask_the_sweep_whether_the_table_changed(
     monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
