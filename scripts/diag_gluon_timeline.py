@@ -161,6 +161,14 @@ _HELPERS = f'''
         gl.store(rec + gl.zeros_like(rows).to(gl.int32), rows.to(gl.int64), mask=rows != rows)
 
     @gluon.jit
+    def _keep_live_pass(acc, acc_hi, q: gl.constexpr, trace_ptr, WG: gl.constexpr):
+        """_keep_live in the epilogue's pass q: the accumulator that pass writes (``acc``, then ``acc_hi``)."""
+        if q == 0:
+            _keep_live(acc, trace_ptr, WG)
+        else:
+            _keep_live(acc_hi, trace_ptr, WG)
+
+    @gluon.jit
     def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
         """The program's record (slot PROGRAM_SLOT of lane program * 2 + WG): a stamp into field FIELD."""
         rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + {PROGRAM_SLOT}) * {len(FIELDS)}
@@ -272,7 +280,7 @@ def traced_source(src: str, diag: int = 0) -> str:
         src = _sub(
             src,
             r"^( +)_epilogue_pass\(epi_g[aw], acc, acc_hi, q, dtype\)$",
-            r"\1_keep_live(acc, trace_ptr, WG)",
+            r"\1_keep_live_pass(acc, acc_hi, q, trace_ptr, WG)",
             count=2,
         )
     return src

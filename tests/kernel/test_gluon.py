@@ -19,11 +19,23 @@ from problem.workload import CASES, HEAD_DIM, NUM_HEADS
 from tests.support import PROJECT
 from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, ptxas_report, run_script
 
+# The configurations the schedules' switches are built on in these tests, fixed rather than read from GLUON_TABLE
+# (a sweep's selection rewrites the table: scripts/apply_gluon_selection.py): v18's cooperative 128x128 ring with
+# v24's lazy inits (the table's entry at M = 512-2048 since v24) and v21's 128x256 tiles (its entry at M >= 4096)
+RING = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True)
+WIDE = gb.GluonConfig(128, 256, 128, 256, host_desc=True)
+
+
+def ring_for(m: int) -> gb.GluonConfig:
+    """The fixed base configuration of M's bucket (RING up to 2048 rows, WIDE above)."""
+    return RING if bucket_for(m) <= 2048 else WIDE
+
 
 def test_selection_table_is_hopper_only_and_per_shape() -> None:
     for m, (cfg, enabled) in gb.GLUON_TABLE.items():
         assert m in (256, 512, 1024, 2048, 4096, 8192) and isinstance(enabled, bool)
-        assert cfg.gw_bm == 128 and cfg.ga_bm in (64, 128) and cfg.bk == 64  # two warpgroups of 64 rows
+        assert cfg.gw_bm == 128 and cfg.ga_bm in (64, 128)  # two warpgroups of 64 rows
+        assert cfg.bk in (32, 64)  # a K-step of 32 only with host descriptors, cooperative (GluonConfig checks)
         # never on another architecture, nor under the interpreter (None), whatever the table says
         for cap in (None, (8, 0), (10, 0), (12, 0)):
             assert gb.gluon_config_for(m, 128, cap, include_disabled=True) is None
@@ -151,17 +163,15 @@ def test_bk_and_k_rotate_are_checked() -> None:
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_bk32_fits_twelve_stages_and_k_rotate_leaves_the_entries_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """K-steps of 32 (v24): 12 stages of 16 KB in the bytes of 6 of 32 KB, half the wgmma instructions a step, no
-    spills; ``k_rotate`` changes the loader's PTX only when it is on (the table's entries stay v23's)."""
-    out = run_script("scripts/diag_gluon.py", "1024", "--set", "bk=32", "--set", "stages=12")
-    assert out.returncode == 0, out.stderr[-3000:]
-    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
+    spills; ``k_rotate`` changes the loader's PTX only when it is on (the ring without it stays as it was)."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
+    from diag_gluon import compile_for, describe
+
+    line = describe(1024, 128, replace(RING, bk=32, stages=12))
     assert "stages 12" in line and "local 0" in line and "stack 0" in line, line
     assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
     assert re.search(r"wgmma 8\b", line), line  # two k16 instructions a warpgroup step instead of four
-    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
-    from diag_gluon import compile_for
-
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     ptx = {r: compile_for(1024, 128, replace(cfg, k_rotate=r))[1].asm["ptx"] for r in (0, 1)}
     plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
     assert ptx[0] == plain and ptx[1] != plain
@@ -178,7 +188,7 @@ def test_v31_variants_fit_their_stages_without_spills_or_waterfalls(monkeypatch:
     from diag_gluon import describe
 
     allv = sweep.variants()
-    entry = describe(4096, 128, gb.GLUON_TABLE[4096][0])
+    entry = describe(4096, 128, WIDE)
     for name, stages, ring in (("w256b32s6_1024", 6, 6 * 24 * 1024), ("w256b32s8h_1024", 8, 8 * 24 * 1024)):
         m, cfg = allv[name]
         assert (cfg.ga_bn, cfg.gw_bn, cfg.bk, cfg.stages, cfg.lazy_init) == (256, 256, 32, stages, True), name
@@ -228,7 +238,7 @@ def test_l2_prefetch_reaches_the_kernel_only_when_asked(monkeypatch: pytest.Monk
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     counts = {}
     for flags in (0, 8):
         _, k = compile_for(1024, 128, replace(cfg, l2_prefetch=flags))
@@ -267,7 +277,7 @@ def test_descriptor_prefetches_name_the_entrys_descriptors(monkeypatch: pytest.M
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
     assert "prefetch.tensormap" not in plain and "prefetch.tensor." not in plain
     ptx = compile_for(1024, 128, replace(cfg, tmap_prefetch=True, next_prefetch=2))[1].asm["ptx"]
@@ -378,7 +388,7 @@ def test_stream_k_ranges_split_each_tile_at_most_once_and_balance_the_programs(m
     p and p + 1: the later one, which waits for the earlier one's partial); and every program runs the same number
     of K-steps, whole tiles and range together, within one (the whole-tile plan runs 128 programs of up to 64 at
     M = 1024)."""
-    cfg = replace(gb.GLUON_TABLE[bucket_for(m)][0], stream_k=True)
+    cfg = replace(ring_for(m), stream_k=True)
     kind = gb.stream_k_kind(m, cfg, 132)
     assert kind == (2 if m <= 2048 else 1)  # the shorter tiles' kind: grad_weight's K = M, grad_attn's 2048
     l_ga, l_gw = 2048 // cfg.bk, -(-m // cfg.bk)
@@ -396,7 +406,7 @@ def test_stream_k_ranges_split_each_tile_at_most_once_and_balance_the_programs(m
 def test_stream_k_is_checked_and_falls_back_where_the_ranges_are_too_short() -> None:
     """stream_k refuses what its entry does not run; at M <= 512 (a range shorter than a tile) and on one program the
     launch runs the same configuration without it."""
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     for bad in ({"host_desc": False}, {"ga_bm": 64}, {"gw_bn": 256}, {"epi_hold": True, "stages": 7}, {"bk": 32},
                 {"k_rotate": 1}, {"multicast": 1, "lazy_init": False}):  # fmt: skip
         with pytest.raises(ValueError, match="stream_k"):
@@ -424,12 +434,12 @@ def test_stream_k_compiles_with_its_flag_protocol_and_without_spills(monkeypatch
     from diag_gluon import compile_for
 
     for m in (1024, 4096):
-        plan, k = compile_for(m, 128, replace(gb.GLUON_TABLE[m][0], stream_k=True))
+        plan, k = compile_for(m, 128, replace(ring_for(m), stream_k=True))
         assert plan.programs == 132 and k.name == "gluon_bwd_kernel_sk", m
         ptx = k.asm["ptx"]
         assert ptx.count("st.release.gpu.global.u32") == 2, m  # one release a warpgroup
         assert ptx.count("ld.acquire.gpu.global.u32") == 4, m  # a warpgroup's first try and its loop's
-        values = 64 * gb.GLUON_TABLE[m][0].gw_bn // 128  # fp32 values of a warpgroup's half a thread
+        values = 64 * ring_for(m).gw_bn // 128  # fp32 values of a warpgroup's half a thread
         assert len(re.findall(r"st\.global\.v2\.[bf]32", ptx)) == 2 * values // 2, m
         assert len(re.findall(r"ld\.global\.v2\.[bf]32", ptx)) == 2 * values // 2, m
         assert k.metadata.shared <= H200_SHARED_MAX, m
@@ -451,7 +461,7 @@ def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.Monke
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for
 
-    cfg = replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=True)
+    cfg = replace(RING, lazy_init=False, multicast=True)
     k = compile_for(1024, 128, cfg)[1]
     offs = gb.multicast_offsets(k.asm["ttgir"])
     ptx = k.asm["ptx"]
@@ -470,7 +480,7 @@ def test_multicast_names_the_allocations_triton_placed(monkeypatch: pytest.Monke
     assert re.search(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], 4;", ptx)  # 2 consumers x 2 CTAs
     report = ptxas_report(ptx)
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report[-1500:]
-    plain = compile_for(1024, 128, gb.GLUON_TABLE[1024][0])[1].asm["ptx"]
+    plain = compile_for(1024, 128, RING)[1].asm["ptx"]
     assert "multicast" not in plain and "mapa" not in plain and "atom.add" not in plain
     # the diagnostics: 2 the same coupled rings with every box loaded locally; 3 / 4 the loader's empty waits (two
     # call sites) and the consumers' full waits (two a warpgroup) spinning on test_wait
@@ -490,7 +500,7 @@ def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_sev
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
     from diag_gluon import compile_for
 
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     for mode in (1, 2):
         k = compile_for(1024, 128, replace(cfg, epi_global=mode, stages=7))[1]
         ptx = k.asm["ptx"]
@@ -515,7 +525,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     from diag_gluon import compile_for
 
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     plain = compile_for(1024, 128, cfg)[1].asm["ptx"]
     switches = (
         {"tmap_prefetch": True},
@@ -552,6 +562,10 @@ def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("M=")]
     assert len(lines) == 2 * len(gb.GLUON_TABLE), out.stdout  # host- and device-descriptor entry points
+    for m, (cfg, _) in gb.GLUON_TABLE.items():  # an entry in K-steps of 32 has no device-descriptor entry point
+        said = [ln for ln in lines if ln.startswith(f"M={m} ") and "no device-descriptor entry: bk 32" in ln]
+        assert len(said) == (cfg.bk == 32), (m, said)
+    lines = [ln for ln in lines if "-descriptor entry:" not in ln]
     for line in lines:
         assert 0 < int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
         assert "local 0" in line and "stack 0" in line, line
@@ -576,7 +590,7 @@ def test_inline_ptx_reads_no_thread_index_so_the_loader_keeps_its_uniform_regist
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    cfg = gb.GLUON_TABLE[1024][0]
+    cfg = RING
     for on in ({"stream_k": True}, {"multicast": 1, "lazy_init": False}, {"multicast": 2, "lazy_init": False}):
         assert waterfalls(compile_for(1024, 128, replace(cfg, **on))[1].asm["cubin"]) == 0, on
 
@@ -646,7 +660,7 @@ def test_multicast_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     one whose plan does not (M = 896: 123 programs, launched without the multicast)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
-    _correct_and_repeatable(replace(gb.GLUON_TABLE[1024][0], lazy_init=False, multicast=1), b, s, seed=13 * s + b)
+    _correct_and_repeatable(replace(RING, lazy_init=False, multicast=1), b, s, seed=13 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
@@ -661,7 +675,7 @@ def test_stream_k_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     too short and the entry runs without it."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
-    cfg = replace(gb.GLUON_TABLE[bucket_for(b * s)][0], stream_k=True)
+    cfg = replace(ring_for(b * s), stream_k=True)
     _correct_and_repeatable(cfg, b, s, seed=17 * s + b)
     _correct_and_repeatable(cfg, b, s, seed=19 * s + b)  # the flags left at 0 by the launches before
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device-tool call for issue 21's v31 (kernel/NOTES.md item 31; GPU machine, repository root): the 128x256 tiles
+# in K-steps of 32 (w256b32s6, w256b32s8h) swept beside the table's entries at M = 1024-8192 (CUPTI span, the entry
+# timed twice, the 0.5 % margin: v31_sweep.log, v31_select.json), the selection written into this copy's GLUON_TABLE,
+# and, only if it moved a bucket off its entry, the GPU tests and the 16 cases on that code (gpu_v19_session.sh
+# confirm: v31_gpu_tests.log, v31_bench.log / .csv). v29's multicast is not swept here: it cannot enter the table
+# before the replay records a cluster launch (gpu_v30_session.sh d measures it).
+# Usage: bash scripts/gpu_v31_session.sh   (~450 s at most with the machine warm; logs under $OUT)
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+if [ $# -gt 0 ]; then
+  echo "gpu_v31_session.sh: takes no argument, got '$1' (-h says what it runs)" >&2
+  exit 2
+fi
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+ONLY="lz_1024 w256b32s6_1024 w256b32s8h_1024 lz_2048 w256b32s8h_2048 w256s3_4096 w256b32s8h_4096"
+ONLY="$ONLY w256s3_8192 w256b32s8h_8192"
+export SWEEP_ARGS="--only $ONLY --budget-s 150 --timed 8,128 16,128 4,1024 2,4096 --margin 0.005 \
+--check-timeout-s 90" TAG=v31 SWEEP_TIMEOUT=220
+bash "$(dirname "$0")/gpu_v19_session.sh" sweep apply confirm
+cp "$OUT/select.json" "$OUT/v31_select.json" 2>/dev/null
+exit 0
