@@ -159,7 +159,8 @@ class GluonConfig:
     # ``cp.async.bulk.prefetch.tensor`` a TMA box), issued by the loader ``np_distance`` steps before it ends a tile
     next_prefetch: int = 0
     np_distance: int = 4
-    # v26: the cooperative epilogue deferred into the next tile (128 x 128 tiles of both kinds): 1 the finished
+    # v26: the cooperative epilogue deferred into the next tile (128 x 128 tiles of both kinds; v32: or 128 x 256,
+    # one accumulator a warpgroup, 32 KB buffers): 1 the finished
     # tile's bf16 half-tile kept in registers and written through the shared buffer to its TMA stores beside the next
     # tile's first MMA; 2 only its TMA stores issued there (the shared buffer written at the tile's end, as before)
     epi_defer: int = 0
@@ -216,10 +217,18 @@ class GluonConfig:
         if self.epi_defer not in (0, 1, 2) or (
             self.epi_defer
             and (
-                self.epi_hold or self.pingpong or self.halves or (self.ga_bm, self.ga_bn, self.gw_bn) != (128, 128, 128)
+                self.epi_hold
+                or self.pingpong
+                or self.halves
+                or self.ga_bm != 128
+                or self.ga_bn != self.gw_bn
+                or self.gw_bn not in (128, 256)
             )
         ):
-            raise ValueError("epi_defer 0-2: cooperative 128x128 tiles of both kinds (no epi_hold, ping-pong, halves)")
+            raise ValueError(
+                "epi_defer 0-2: cooperative 128x128 or 128x256 tiles, one width for both kinds (no epi_hold, "
+                "ping-pong, halves)"
+            )
         if self.epi_global not in (0, 1, 2) or (
             self.epi_global
             and (
@@ -1114,16 +1123,17 @@ if GLUON_IMPORTED:
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, MODE: gl.constexpr,
     ):  # fmt: skip
         """v26, cooperative with the epilogue deferred (MODE 1; MODE 2: only its TMA stores, the buffer written at
-        the tile's end): warpgroup WG runs its 64 rows of every tile (128 x 128 tiles
-        of both kinds: one accumulator layout). At a tile's end its accumulator is waited for and converted to bf16
+        the tile's end): warpgroup WG runs its 64 rows of every tile (128 x QN tiles of both kinds, QN 128 or, v32,
+        256: one accumulator layout). At a tile's end its accumulator is waited for and converted to bf16
         in registers only; the next tile's first MMA is issued before that half-tile goes through the shared buffer
         to its TMA stores, so the epilogue runs beside the MMA instead of before it. The program's last tile is
         written after the loops. (Deferring the fp32 accumulator itself, its last MMA in flight, makes ptxas copy it
         and serialise every wgmma, C7511.)"""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
-        gl.static_assert(GA_BM == 128 and GA_BN == 128 and GW_BN == 128, "deferred epilogue: 128 x 128 tiles")
-        QN: gl.constexpr = 128
+        gl.static_assert(GA_BM == 128 and GA_BN == GW_BN, "deferred epilogue: 128-row tiles of one width")
+        QN: gl.constexpr = GA_BN
         layout: gl.constexpr = _wgmma_layout(64, QN)
+        ga_a_narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
         dtype: gl.constexpr = a_ring.dtype  # (MODE 3: ga_out and gw_out are the outputs' pointers)
         if MODE == 3:  # no shared buffer (epi is a placeholder)
             e = epi
@@ -1162,7 +1172,11 @@ if GLUON_IMPORTED:
                     ph = (it // STAGES) & 1
                     mbarrier.wait(ready.index(s), ph)
                     if _tile_kind(phase, GA_FIRST) == 1:
-                        a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout).slice(WG * 64, 64, dim=0)
+                        if BK == 64:
+                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
+                        else:  # rows of BK * 2 < 128 bytes: the narrower swizzle their TMA box was loaded with
+                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], ga_a_narrow)
+                        a = a.slice(WG * 64, 64, dim=0)
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
                     else:
                         a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)

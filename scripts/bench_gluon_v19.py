@@ -234,6 +234,9 @@ def variants() -> dict[str, tuple[int, object]]:
     for m in (1024, 2048, 4096, 8192):
         out[f"w256b32s6_{m}"] = (m, replace(w256b32, stages=6))
         out[f"w256b32s8h_{m}"] = (m, replace(w256b32, stages=8, halves=True))
+        # v32: v31's 6 stages with the finished tile's epilogue beside the next tile's first MMA (epi_defer 1, v26's
+        # for 128x128 tiles), off the boundary of the programs that run two or more tiles
+        out[f"w256b32s6d_{m}"] = (m, replace(w256b32, stages=6, epi_defer=1))
     return out
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device-tool call for issue 21's v31 (kernel/NOTES.md item 31; GPU machine, repository root): the 128x256 tiles
-# in K-steps of 32 (w256b32s6, w256b32s8h) swept beside the table's entries at M = 1024-8192 (CUPTI span, the entry
+# One device-tool call for issue 21's v31-v32 (kernel/NOTES.md items 31-32; GPU machine, repository root): the 128x256
+# tiles in K-steps of 32 (v31's w256b32s8h at M = 1024; v32's w256b32s6d, the epilogue deferred beside the next
+# tile's first MMA, at every M) swept beside the table's entries at M = 1024-8192 (CUPTI span, the entry
 # timed twice, the 0.5 % margin: v31_sweep.log, v31_select.json), the selection written into this copy's GLUON_TABLE,
 # and, only if it moved a bucket off its entry, the GPU tests and the 16 cases on that code (gpu_v19_session.sh
 # confirm: v31_gpu_tests.log, v31_bench.log / .csv). v29's multicast is not swept here: it cannot enter the table
@@ -18,8 +19,8 @@ case "${1:-}" in
 esac
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-ONLY="lz_1024 w256b32s6_1024 w256b32s8h_1024 lz_2048 w256b32s8h_2048 w256s3_4096 w256b32s8h_4096"
-ONLY="$ONLY w256s3_8192 w256b32s8h_8192"
+ONLY="lz_1024 w256b32s8h_1024 w256b32s6d_1024 lz_2048 w256b32s6d_2048 w256s3_4096 w256b32s6d_4096"
+ONLY="$ONLY w256s3_8192 w256b32s6d_8192"
 export SWEEP_ARGS="--only $ONLY --budget-s 150 --timed 8,128 16,128 4,1024 2,4096 --margin 0.005 \
 --check-timeout-s 90" TAG=v31 SWEEP_TIMEOUT=220
 bash "$(dirname "$0")/gpu_v19_session.sh" $steps

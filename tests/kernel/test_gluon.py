@@ -182,14 +182,15 @@ def test_v31_variants_fit_their_stages_without_spills_or_waterfalls(monkeypatch:
     """v31 (kernel/NOTES.md item 31): the sweep's 128x256 tiles in K-steps of 32 compile for sm_90 as the sweep will
     launch them: 6 stages of 24 KB beside the two 32 KB epilogue buffers, or 8 with the two-pass epilogue, within an
     SM's shared memory, no spill, every TMA of the loader outside a waterfall loop; half-depth steps issue half the
-    wgmma instructions of the 128x256 entry's."""
+    wgmma instructions of the 128x256 entry's. So does v32's (v31's 6 stages, the epilogue deferred)."""
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))  # scripts/ is no package: the script's own import path
     import bench_gluon_v19 as sweep
     from diag_gluon import describe
 
     allv = sweep.variants()
     entry = describe(4096, 128, WIDE)
-    for name, stages, ring in (("w256b32s6_1024", 6, 6 * 24 * 1024), ("w256b32s8h_1024", 8, 8 * 24 * 1024)):
+    v31 = (("w256b32s6_1024", 6, 6 * 24 * 1024), ("w256b32s8h_1024", 8, 8 * 24 * 1024))
+    for name, stages, ring in (*v31, ("w256b32s6d_1024", 6, 6 * 24 * 1024)):  # v32: v31 with the epilogue deferred
         m, cfg = allv[name]
         assert (cfg.ga_bn, cfg.gw_bn, cfg.bk, cfg.stages, cfg.lazy_init) == (256, 256, 32, stages, True), name
         line = describe(m, 128, cfg)
@@ -296,15 +297,19 @@ def test_descriptor_prefetches_name_the_entrys_descriptors(monkeypatch: pytest.M
 
 def test_deferred_epilogue_and_serpentine_are_checked() -> None:
     """``epi_defer`` (v26) is 0, 1 (the bf16 half-tile written beside the next tile's first MMA) or 2 (only its TMA
-    stores there), on cooperative 128x128 tiles of both kinds; ``serpentine`` walks every other tile backwards, so it
-    does not go with the switches that assume tiles walked forwards. Anything else is refused."""
+    stores there), on cooperative 128-row tiles of one width for both kinds, 128 or (v32) 256 columns; ``serpentine``
+    walks every other tile backwards, so it does not go with the switches that assume tiles walked forwards. Anything
+    else is refused."""
     for mode in (1, 2):
         assert gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, epi_defer=mode).epi_defer == mode
+        assert gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, epi_defer=mode).epi_defer == mode
     assert gb.GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, serpentine=True).serpentine
     for bad, word in (
         ({"epi_defer": 3}, "epi_defer"),
         ({"epi_defer": 1, "ga_bm": 64}, "epi_defer"),  # a 64-row grad_attn tile: another accumulator shape
-        ({"epi_defer": 1, "gw_bn": 256}, "epi_defer"),
+        ({"epi_defer": 1, "gw_bn": 256}, "epi_defer"),  # two widths: two accumulator layouts
+        ({"epi_defer": 1, "ga_bn": 256}, "epi_defer"),
+        ({"epi_defer": 1, "ga_bn": 256, "gw_bn": 256, "halves": True}, "epi_defer"),
         ({"epi_defer": 1, "epi_hold": True, "stages": 7}, "epi_defer"),
         ({"epi_defer": 2, "pingpong": True}, "epi_defer"),
         ({"serpentine": True, "k_rotate": 1}, "serpentine"),
@@ -541,6 +546,14 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         report = ptxas_report(ptx)
         assert not re.findall(r"C751[147]", report), (on, report[-1500:])
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (on, report[-1500:])
+    # v32: the deferred epilogue of 128x256 tiles in K-steps of 32 (a 64x256 bf16 half-tile kept a warpgroup)
+    wide = gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, lazy_init=True)
+    plain = compile_for(1024, 128, wide)[1].asm["ptx"]
+    ptx = compile_for(1024, 128, replace(wide, epi_defer=1))[1].asm["ptx"]
+    assert ptx != plain
+    report = ptxas_report(ptx)
+    assert not re.findall(r"C751[147]", report), report[-1500:]
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report[-1500:]
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
@@ -661,6 +674,18 @@ def test_multicast_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(RING, lazy_init=False, multicast=1), b, s, seed=13 * s + b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), [(8, 128), (1, 1024), (6, 128), (16, 128), (12, 128), (4, 1024)])
+def test_wide_deferred_epilogue_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v32 (off in the table): 128x256 tiles in K-steps of 32 with the finished tile's epilogue written beside the
+    next tile's first MMA, against the harness's correctness loop and bit for bit run to run (M = 768-4096, the
+    partitioned plan at 1024 and the shared one above)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    wide = gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, lazy_init=True, epi_defer=1)
+    _correct_and_repeatable(wide, b, s, seed=23 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
