@@ -835,6 +835,17 @@ if GLUON_IMPORTED:
                 mbarrier.arrive(boot, count=1)
 
     @gluon.jit
+    def _ga_a_block(a_ring, s, GA_BM: gl.constexpr, BK: gl.constexpr):
+        """Stage s's grad_attn A block (GA_BM rows of grad_output, BK deep), in the swizzle its TMA box was loaded
+        with: the ring's at BK = 64, a narrower one for rows of BK * 2 < 128 bytes."""
+        if BK == 64:
+            a = a_ring.index(s)._reinterpret(a_ring.dtype, [GA_BM, BK], a_ring.layout)
+        else:
+            narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
+            a = a_ring.index(s)._reinterpret(a_ring.dtype, [GA_BM, BK], narrow)
+        return a
+
+    @gluon.jit
     def _mma_step(a, b, acc, acc_hi, QN: gl.constexpr, NSPLIT: gl.constexpr):
         """A cooperative K-step's MMAs, the step before's retired on return (its stage may be released): one
         accumulator, or (NSPLIT = 2, ``halves``) two, ``acc`` on b's first QN columns and ``acc_hi`` on the rest."""
@@ -931,7 +942,6 @@ if GLUON_IMPORTED:
         PASSES: gl.constexpr = _buffer_passes(NSPLIT, EPI_G)  # the epilogue's passes through its shared buffer
         ga_layout: gl.constexpr = _wgmma_layout(GA_WM, GA_QN)
         gw_layout: gl.constexpr = _wgmma_layout(GW_WM, GW_QN)
-        ga_a_narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
         if WG == 0:
             hold_ring = a_ring
         else:
@@ -957,10 +967,7 @@ if GLUON_IMPORTED:
                             _spin_wait(s, (it // STAGES) & 1, MC_RDY)
                         else:
                             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-                        if BK == 64:
-                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
-                        else:  # rows of BK * 2 < 128 bytes: the narrower swizzle their TMA box was loaded with
-                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], ga_a_narrow)
+                        a = _ga_a_block(a_ring, s, GA_BM, BK)
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
                         if GA_SPLIT_M:
                             a = a.slice(WG * GA_WM, GA_WM, dim=0)
@@ -1133,7 +1140,6 @@ if GLUON_IMPORTED:
         gl.static_assert(GA_BM == 128 and GA_BN == GW_BN, "deferred epilogue: 128-row tiles of one width")
         QN: gl.constexpr = GA_BN
         layout: gl.constexpr = _wgmma_layout(64, QN)
-        ga_a_narrow: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BK * 2, element_bitwidth=16, rank=2)
         dtype: gl.constexpr = a_ring.dtype  # (MODE 3: ga_out and gw_out are the outputs' pointers)
         if MODE == 3:  # no shared buffer (epi is a placeholder)
             e = epi
@@ -1172,11 +1178,7 @@ if GLUON_IMPORTED:
                     ph = (it // STAGES) & 1
                     mbarrier.wait(ready.index(s), ph)
                     if _tile_kind(phase, GA_FIRST) == 1:
-                        if BK == 64:
-                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], a_ring.layout)
-                        else:  # rows of BK * 2 < 128 bytes: the narrower swizzle their TMA box was loaded with
-                            a = a_ring.index(s)._reinterpret(dtype, [GA_BM, BK], ga_a_narrow)
-                        a = a.slice(WG * 64, 64, dim=0)
+                        a = _ga_a_block(a_ring, s, GA_BM, BK).slice(WG * 64, 64, dim=0)
                         b = b_ring.index(s)._reinterpret(dtype, [BK, GA_BN], b_ring.layout)
                     else:
                         a = a_ring.index(s)._reinterpret(dtype, [BK, GW_BM], a_ring.layout)

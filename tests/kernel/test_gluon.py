@@ -24,6 +24,7 @@ from tests.support.sm90 import H200_SHARED_MAX, ptxas_present, ptxas_report, run
 # v24's lazy inits (the table's entry at M = 512-2048 since v24) and v21's 128x256 tiles (its entry at M >= 4096)
 RING = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True)
 WIDE = gb.GluonConfig(128, 256, 128, 256, host_desc=True)
+WIDE_B32 = gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, lazy_init=True)  # v31: K-steps of 32
 
 
 def ring_for(m: int) -> gb.GluonConfig:
@@ -302,7 +303,7 @@ def test_deferred_epilogue_and_serpentine_are_checked() -> None:
     else is refused."""
     for mode in (1, 2):
         assert gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, epi_defer=mode).epi_defer == mode
-        assert gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, epi_defer=mode).epi_defer == mode
+        assert replace(WIDE_B32, epi_defer=mode).epi_defer == mode
     assert gb.GluonConfig(64, 128, 128, 128, stages=7, host_desc=True, pingpong=True, serpentine=True).serpentine
     for bad, word in (
         ({"epi_defer": 3}, "epi_defer"),
@@ -547,9 +548,8 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         assert not re.findall(r"C751[147]", report), (on, report[-1500:])
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (on, report[-1500:])
     # v32: the deferred epilogue of 128x256 tiles in K-steps of 32 (a 64x256 bf16 half-tile kept a warpgroup)
-    wide = gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, lazy_init=True)
-    plain = compile_for(1024, 128, wide)[1].asm["ptx"]
-    ptx = compile_for(1024, 128, replace(wide, epi_defer=1))[1].asm["ptx"]
+    plain = compile_for(1024, 128, WIDE_B32)[1].asm["ptx"]
+    ptx = compile_for(1024, 128, replace(WIDE_B32, epi_defer=1))[1].asm["ptx"]
     assert ptx != plain
     report = ptxas_report(ptx)
     assert not re.findall(r"C751[147]", report), report[-1500:]
@@ -684,8 +684,7 @@ def test_wide_deferred_epilogue_correct_and_repeatable_on_gpu(b: int, s: int) ->
     partitioned plan at 1024 and the shared one above)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
-    wide = gb.GluonConfig(128, 256, 128, 256, stages=6, bk=32, host_desc=True, lazy_init=True, epi_defer=1)
-    _correct_and_repeatable(wide, b, s, seed=23 * s + b)
+    _correct_and_repeatable(replace(WIDE_B32, epi_defer=1), b, s, seed=23 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
