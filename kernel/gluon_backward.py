@@ -171,6 +171,10 @@ class GluonConfig:
     # buffers: 32 KB freed, so a 7th stage of 128x128 blocks fits): 1 at the tile's end, 2 beside the next tile's
     # first MMA (``_consumer_defer``); host descriptors for the loads, the outputs' plain pointers for the stores
     epi_global: int = 0
+    # v33: ``epi_global``'s stores in 16-byte rows: each warp's part of the half-tile moved within the warp into 8
+    # consecutive columns of 4 rows a thread (``_row_vectors``), so a warp's store writes four whole 128-byte lines
+    # (v27's 4-byte stores touched 8 rows of 16 bytes each); passed to the kernel as EPI_G's bit 4
+    epi_vec: bool = False
     # v28: during the program's first tile (every program's first pass over cold inputs, in lockstep) the loader asks
     # L2 for the K-step ``first_ahead`` steps ahead of each step it loads (one ``cp.async.bulk.prefetch.tensor`` a
     # TMA box, the boxes its loads will read), so that the first pass's loads are served from L2, as with a warm L2
@@ -245,6 +249,8 @@ class GluonConfig:
                 "epi_global 0-2: cooperative 128x128 tiles of both kinds, host descriptors, bk 64 (no epi_hold, "
                 "ping-pong, halves, epi_defer)"
             )
+        if self.epi_vec and not self.epi_global:
+            raise ValueError("epi_vec: the stores from registers of epi_global 1 or 2")
         if self.first_ahead < 0 or (self.first_ahead and (not self.host_desc or self.k_rotate or self.serpentine)):
             raise ValueError(f"first_ahead {self.first_ahead}: >= 0 K-steps, host descriptors, no k_rotate/serpentine")
         if self.multicast not in range(5) or (
@@ -873,21 +879,94 @@ if GLUON_IMPORTED:
         gl.thread_barrier()
 
     @gluon.jit
-    def _store_half(out_ptr, out, kind, r, c, S, HID: gl.constexpr, HD: gl.constexpr):
+    def _swap_bits(p, MASK: gl.constexpr, SDIM: gl.constexpr, SBIT: gl.constexpr, DIM: gl.constexpr, BIT: gl.constexpr):
+        """EPI_G & 4: one exchange of ``_store_rows``: the lane bit MASK (whose lanes hold bit SBIT of the index of dim
+        SDIM) swaps meaning with the register bit holding bit BIT of dim DIM, each lane trading half of those
+        registers with its partner (one ``shfl.sync.bfly`` a pair). The tensor's layout, as Triton sees it, is
+        unchanged: what moved is which element each register holds (``_store_rows`` computes where each goes)."""
+        R: gl.constexpr = p.type.shape[0]
+        Q: gl.constexpr = p.type.shape[1]
+        L: gl.constexpr = p.type.layout
+        if SDIM == 0:
+            sel = gl.arange(0, R, layout=gl.SliceLayout(1, L))[:, None] + gl.zeros([R, Q], gl.int32, L)
+        else:
+            sel = gl.arange(0, Q, layout=gl.SliceLayout(0, L))[None, :] + gl.zeros([R, Q], gl.int32, L)
+        sel = (sel >> SBIT) & 1
+        if DIM == 0:
+            x = gl.permute(gl.reshape(p, [R >> (BIT + 1), 2, 1 << BIT, Q]), (0, 2, 3, 1))
+            s = gl.permute(gl.reshape(sel, [R >> (BIT + 1), 2, 1 << BIT, Q]), (0, 2, 3, 1))
+        else:
+            x = gl.permute(gl.reshape(p, [R, Q >> (BIT + 1), 2, 1 << BIT]), (0, 1, 3, 2))
+            s = gl.permute(gl.reshape(sel, [R, Q >> (BIT + 1), 2, 1 << BIT]), (0, 1, 3, 2))
+        a, b = gl.split(x)
+        sa, _ = gl.split(s)
+        # a lane whose bit is 0 keeps a, sends b, and takes its partner's a as its new b; the partner the reverse
+        na, nb = gl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .b32 t; setp.ne.b32 p, $4, 0; selp.b32 t, $2, $3, p; "
+            f"shfl.sync.bfly.b32 t, t, {MASK}, 0x1f, -1; "
+            "selp.b32 $0, t, $2, p; selp.b32 $1, $3, t, p; }",
+            "=r,=r,r,r,r", [a, b, sa], dtype=(gl.int32, gl.int32), is_pure=False, pack=1)  # fmt: skip
+        x = gl.join(na, nb)
+        if DIM == 0:
+            p = gl.reshape(gl.permute(x, (0, 3, 1, 2)), [R, Q])
+        else:
+            p = gl.reshape(gl.permute(x, (0, 1, 3, 2)), [R, Q])
+        return p
+
+    @gluon.jit
+    def _store_rows(out_ptr, out, kind, r, c, S, HID: gl.constexpr, HD: gl.constexpr):
+        """EPI_G & 4 (v33): ``_store_half`` in 16-byte stores of whole 128-byte lines. The wgmma accumulator layout
+        of a 64 x 128 half-tile gives a lane 2 consecutive columns of 2 rows per group of 8 columns; its bf16 pairs
+        (one 32-bit register each, index q = column / 2) go through four exchanges within each warp (``_swap_bits``:
+        lane bits 0-3, which hold q bits 0-1 and row bits 0-1, trade meaning with the register bits of row 8 and q
+        bits 2-4), after which a lane's four registers of one group are 8 consecutive columns and a warp's store
+        writes 4 rows of 64 columns: four whole lines, no shared memory (v27 stored 4 bytes, 8 rows of 16 bytes a
+        warp's store). tests/kernel/test_gluon.py replays the exchanges on the layout's bits."""
+        gl.static_assert(out.type.shape[0] == 64 and out.type.shape[1] == 128, "a 64 x 128 half-tile")
+        lo, hi = gl.split(gl.reshape(out, [64, 64, 2]))
+        p = (lo.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF) | (hi.to(gl.int16, bitcast=True).to(gl.int32) << 16)
+        p = _swap_bits(p, 1, 1, 0, 0, 3)  # lane bit 0 (q bit 0) <-> the register of row 8
+        p = _swap_bits(p, 2, 1, 1, 1, 2)  # lane bit 1 (q bit 1) <-> the register of q bit 2
+        p = _swap_bits(p, 4, 0, 0, 1, 3)  # lane bit 2 (row bit 0) <-> the register of q bit 3
+        p = _swap_bits(p, 8, 0, 1, 1, 4)  # lane bit 3 (row bit 1) <-> the register of q bit 4
+        L: gl.constexpr = p.type.layout
+        rr = gl.arange(0, 64, layout=gl.SliceLayout(1, L))[:, None] + gl.zeros([64, 64], gl.int32, L)
+        qq = gl.arange(0, 64, layout=gl.SliceLayout(0, L))[None, :] + gl.zeros([64, 64], gl.int32, L)
+        # the register bits of row 8 (h) and q bit 2 (v) last: t_hv holds q offset h + 2 v of a 16-byte vector
+        x0, x1 = gl.split(gl.permute(gl.reshape(p, [4, 2, 8, 8, 2, 4]), (0, 2, 3, 5, 1, 4)))
+        t00, t10 = gl.split(x0)
+        t01, t11 = gl.split(x1)
+        i, _ = gl.split(gl.split(gl.permute(gl.reshape(rr, [4, 2, 8, 8, 2, 4]), (0, 2, 3, 5, 1, 4)))[0])
+        j, _ = gl.split(gl.split(gl.permute(gl.reshape(qq, [4, 2, 8, 8, 2, 4]), (0, 2, 3, 5, 1, 4)))[0])
+        row = (i & 52) | ((j >> 3) & 1) | (((j >> 4) & 1) << 1) | ((j & 1) << 3)
+        col = 2 * ((((j >> 1) & 1) << 2) | ((i & 1) << 3) | (((i >> 1) & 1) << 4) | (((j >> 5) & 1) << 5))
+        if kind == 1:
+            offs = (r + row) * HD + (c + col // HD) * S * HD + col % HD
+        else:
+            offs = (r + row) * HID + c + col
+        gl.inline_asm_elementwise(
+            "st.global.v4.b32 [$1], {$2, $3, $4, $5}; mov.b32 $0, 0;", "=r,l,r,r,r,r",
+            [out_ptr + offs, t00, t10, t01, t11], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
+    def _store_half(out_ptr, out, kind, r, c, S, HID: gl.constexpr, HD: gl.constexpr, VEC: gl.constexpr = False):
         """EPI_G: a warpgroup's bf16 half-tile ``out`` (64 rows, in the accumulator's layout) stored from its
         registers: ``kind`` 1 grad_attn_output (``r``: the (B*H*S, D) row of the half's first row in head 0, ``c``:
         the head of its first column; column j is head c + j // HD, d = j % HD), 2 grad_weight (row ``r``, column
-        ``c``)."""
-        layout: gl.constexpr = out.type.layout
-        WM: gl.constexpr = out.type.shape[0]
-        WN: gl.constexpr = out.type.shape[1]
-        rows = gl.arange(0, WM, layout=gl.SliceLayout(1, layout))
-        cols = gl.arange(0, WN, layout=gl.SliceLayout(0, layout))
-        if kind == 1:
-            offs = (r + rows)[:, None] * HD + ((c + cols // HD) * S * HD + cols % HD)[None, :]
+        ``c``). With VEC (v33), ``_store_rows``: 16-byte stores of whole lines."""
+        if VEC:
+            _store_rows(out_ptr, out, kind, r, c, S, HID, HD)
         else:
-            offs = (r + rows)[:, None] * HID + (c + cols)[None, :]
-        gl.store(out_ptr + offs, out)
+            layout: gl.constexpr = out.type.layout
+            WM: gl.constexpr = out.type.shape[0]
+            WN: gl.constexpr = out.type.shape[1]
+            rows = gl.arange(0, WM, layout=gl.SliceLayout(1, layout))
+            cols = gl.arange(0, WN, layout=gl.SliceLayout(0, layout))
+            if kind == 1:
+                offs = (r + rows)[:, None] * HD + ((c + cols // HD) * S * HD + cols % HD)[None, :]
+            else:
+                offs = (r + rows)[:, None] * HID + (c + cols)[None, :]
+            gl.store(out_ptr + offs, out)
 
     @gluon.jit
     def _release_held(empty, prev, it, REL: gl.constexpr = 1):
@@ -1009,7 +1088,7 @@ if GLUON_IMPORTED:
                     b0 = r0 // S
                     row0 = b0 * (NH - 1) * S + r0  # (b*NH)*S + s = b*(NH-1)*S + m
                     if EPI_G:
-                        _store_half(ga_out, acc.to(dtype), 1, row0, c0 // HD, S, HID, HD)
+                        _store_half(ga_out, acc.to(dtype), 1, row0, c0 // HD, S, HID, HD, EPI_G >= 4)
                     for q in gl.static_range(PASSES):  # through the buffer, one per accumulator
                         _epilogue_pass(epi_ga, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GA_QN // HD):
@@ -1061,7 +1140,7 @@ if GLUON_IMPORTED:
                             gl.thread_barrier()
                     nt += 1
                     if EPI_G:
-                        _store_half(gw_out, acc.to(dtype), 2, off_o + WG * GW_WM, off_i, S, HID, HD)
+                        _store_half(gw_out, acc.to(dtype), 2, off_o + WG * GW_WM, off_i, S, HID, HD, EPI_G >= 4)
                     for q in gl.static_range(PASSES):
                         _epilogue_pass(epi_gw, acc, acc_hi, q, dtype)
                         for j in gl.static_range(GW_QN // 64):
@@ -1073,8 +1152,9 @@ if GLUON_IMPORTED:
 
     @gluon.constexpr_function
     def _defer_mode(defer: int, epi_g: int) -> int:
-        """_consumer_defer's MODE: ``epi_defer``'s, or 3 for ``epi_global`` 2 (the stores from registers)."""
-        return 3 if epi_g == 2 else defer
+        """_consumer_defer's MODE: ``epi_defer``'s, or 3 for ``epi_global`` 2 (the stores from registers; 4 with
+        ``epi_vec``'s 16-byte rows: EPI_G & 4)."""
+        return 3 + (epi_g >= 4) if epi_g % 4 == 2 else defer
 
     @gluon.constexpr_function
     def _tile_kind(phase: int, ga_first: bool) -> int:
@@ -1103,15 +1183,15 @@ if GLUON_IMPORTED:
         """DEFER: the finished tile's epilogue beside the next tile's first MMA (or after the program's last): with
         MODE 1 its half-tile ``out`` written into ``e`` first (MODE 2 wrote it at the tile's end), then the TMA
         stores: ``kind`` 1 a grad_attn tile (``r``: the (B*H*S, D) row of its first head, ``c``: that head), 2 a
-        grad_weight tile (``r``, ``c``: the block's row and column); MODE 3 (``epi_global`` 2) stores ``out`` from
+        grad_weight tile (``r``, ``c``: the block's row and column); MODE 3 / 4 (``epi_global`` 2) stores ``out`` from
         registers into the outputs' pointers (then ``ga_out``, ``gw_out``) instead."""
         if MODE == 1:
             _epi_write(e, out)
-        if MODE == 3:
+        if MODE >= 3:
             if kind == 1:
-                _store_half(ga_out, out, 1, r, c, S, HID, HD)
+                _store_half(ga_out, out, 1, r, c, S, HID, HD, MODE == 4)
             else:
-                _store_half(gw_out, out, 2, r, c, S, HID, HD)
+                _store_half(gw_out, out, 2, r, c, S, HID, HD, MODE == 4)
         elif kind == 1:
             for j in gl.static_range(QN // HD):
                 tma.async_copy_shared_to_global(ga_out, [r + (c + j) * S, 0], e.slice(j * HD, HD, dim=1))
@@ -1140,8 +1220,8 @@ if GLUON_IMPORTED:
         gl.static_assert(GA_BM == 128 and GA_BN == GW_BN, "deferred epilogue: 128-row tiles of one width")
         QN: gl.constexpr = GA_BN
         layout: gl.constexpr = _wgmma_layout(64, QN)
-        dtype: gl.constexpr = a_ring.dtype  # (MODE 3: ga_out and gw_out are the outputs' pointers)
-        if MODE == 3:  # no shared buffer (epi is a placeholder)
+        dtype: gl.constexpr = a_ring.dtype  # (MODE 3 / 4: ga_out and gw_out are the outputs' pointers)
+        if MODE >= 3:  # no shared buffer (epi is a placeholder)
             e = epi
         else:
             e = epi._reinterpret(dtype, [64, QN], epi.layout)
@@ -1375,7 +1455,7 @@ if GLUON_IMPORTED:
                 _consumer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, sync, M, S, n_ga_m, P_GA, GA_FIRST,
                           HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, True, HOLD_REL,
                           NSPLIT)  # fmt: skip
-        elif DEFER > 0 or EPI_G == 2:
+        elif DEFER > 0 or EPI_G % 4 == 2:
             _consumer_defer(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, epi, M, S, n_ga_m, P_GA, GA_FIRST,
                             HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP,
                             _defer_mode(DEFER, EPI_G))  # fmt: skip
@@ -1991,7 +2071,7 @@ def launch_arguments(
     if cfg.serpentine:
         constexprs["SERP"] = True
     if cfg.epi_global:
-        constexprs.update(EPI_G=cfg.epi_global, ga_ptr=ga, gw_ptr=gw)
+        constexprs.update(EPI_G=cfg.epi_global | (4 if cfg.epi_vec else 0), ga_ptr=ga, gw_ptr=gw)
     if cfg.first_ahead:
         constexprs["FA"] = cfg.first_ahead
     if cfg.multicast:

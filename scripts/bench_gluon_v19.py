@@ -237,6 +237,13 @@ def variants() -> dict[str, tuple[int, object]]:
         # v32: v31's 6 stages with the finished tile's epilogue beside the next tile's first MMA (epi_defer 1, v26's
         # for 128x128 tiles), off the boundary of the programs that run two or more tiles
         out[f"w256b32s6d_{m}"] = (m, replace(w256b32, stages=6, epi_defer=1))
+    # v33: v27's epilogue from registers with its stores in 16-byte rows of whole 128-byte lines (epi_vec: the pairs
+    # moved within each warp by shuffles, no shared memory), at the tile's end (ev1) or beside the next tile's first
+    # MMA (ev2), with the 7th stage the buffers' 32 KB make room for (and ev2 at the table's 6)
+    for m in (512, 1024, 2048):
+        for mode in (1, 2):
+            out[f"ev{mode}s7_{m}"] = (m, replace(lz[m], epi_global=mode, epi_vec=True, stages=7))
+        out[f"ev2s6_{m}"] = (m, replace(lz[m], epi_global=2, epi_vec=True))
     return out
 
 

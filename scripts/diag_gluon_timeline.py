@@ -65,6 +65,8 @@ VARIANTS: dict[str, dict] = {
     "srp": {"serpentine": True},  # v26: every other tile of a program walked from its last K-step back
     "eg6": {"epi_global": 1},  # v27: the epilogue stored from registers at the tile's end (no shared buffers)
     "eg7": {"epi_global": 1, "stages": 7},  # the same with the 7th stage the buffers' 32 KB make room for
+    "ev7": {"epi_global": 1, "epi_vec": True, "stages": 7},  # v33: eg7's stores in 16-byte rows of whole lines
+    "ev27": {"epi_global": 2, "epi_vec": True, "stages": 7},  # v33: and beside the next tile's first MMA
     "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
     "fa8": {"first_ahead": 8},
     "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start

@@ -330,6 +330,7 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
     for mode in (1, 2):
         cfg = gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=mode)
         assert cfg.epi_global == mode
+        assert replace(cfg, epi_vec=True).epi_vec
     for bad, word in (
         ({"epi_global": 3}, "epi_global"),
         ({"epi_global": 1, "host_desc": False}, "epi_global"),
@@ -339,6 +340,7 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
         ({"epi_global": 1, "epi_hold": True, "stages": 7}, "epi_global"),
         ({"epi_global": 2, "pingpong": True}, "epi_global"),
         ({"epi_global": 1, "epi_defer": 1}, "epi_global"),
+        ({"epi_vec": True}, "epi_vec"),  # v33: the 16-byte rows of the stores from registers, only with them
         ({"first_ahead": -1}, "first_ahead"),  # v28: K-steps ahead, host descriptors, tiles walked forwards
         ({"first_ahead": 4, "host_desc": False}, "first_ahead"),
         ({"first_ahead": 4, "k_rotate": 1}, "first_ahead"),
@@ -504,7 +506,7 @@ def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_sev
     the accumulator's layout) and issue no TMA store and no ``stmatrix``, so the epilogue buffers go and a 7th stage
     of 128x128 blocks fits an SM's shared memory; no spill, no advisory that the wgmma pipeline is serialised."""
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
-    from diag_gluon import compile_for
+    from diag_gluon import compile_for, waterfalls
 
     cfg = RING
     for mode in (1, 2):
@@ -516,6 +518,140 @@ def test_the_epilogue_from_registers_stores_without_shared_memory_and_fits_a_sev
         report = ptxas_report(ptx)
         assert not re.findall(r"C751[147]", report), (mode, report[-1500:])
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (mode, report[-1500:])
+        # v33: the same stores in 16-byte rows, the pairs moved within each warp by shuffles (no shared memory: the
+        # convert_layout Triton would make goes through it), 8 vectors of 8 columns a thread and a half-tile
+        v = compile_for(1024, 128, replace(cfg, epi_global=mode, epi_vec=True, stages=7))[1]
+        vptx = v.asm["ptx"]
+        stores = len(re.findall(r"st\.global\.v4\.b32", vptx))
+        assert stores >= 4 * 8 and stores % 8 == 0 and not re.findall(r"st\.global\.b32", vptx), mode
+        assert vptx.count("shfl.sync.bfly.b32") == stores // 8 * 4 * 16, mode  # 4 exchanges of 16 pairs a half-tile
+        assert "stmatrix" not in vptx and "ldmatrix" not in vptx and v.metadata.shared == k.metadata.shared, mode
+        report = ptxas_report(vptx)
+        assert not re.findall(r"C751[147]", report), (mode, report[-1500:])
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (mode, report[-1500:])
+        assert waterfalls(v.asm["cubin"]) == 0, mode
+
+
+# v33's model of a warpgroup's 64 x 128 half-tile in the wgmma accumulator layout, its bf16 pairs (q = column // 2)
+# one 32-bit register each: (row, q) offsets of each register bit, lane bit and warp bit (Triton's own linear layout
+# of the pairs, printed by the compiler; the test below checks it against the compiled conversion)
+_PAIR_REGS = [(8, 0), (0, 4), (0, 8), (0, 16), (0, 32)]
+_PAIR_LANES = [(0, 1), (0, 2), (1, 0), (2, 0), (4, 0)]
+_PAIR_WARPS = [(16, 0), (32, 0)]
+
+
+def _at(bases: list[tuple[int, int]], index: int) -> tuple[int, int]:
+    row = q = 0
+    for bit, (dr, dq) in enumerate(bases):
+        if index >> bit & 1:
+            row, q = row ^ dr, q ^ dq
+    return row, q
+
+
+def test_the_16_byte_epilogue_puts_every_pair_in_place_and_writes_whole_lines() -> None:
+    """v33 (``epi_vec``): ``_store_rows``'s exchanges and addresses, replayed on the layout's bits. Each register of
+    each lane starts with the pair the layout puts there; the four ``_swap_bits`` calls as the kernel's source
+    makes them (a lane whose selector bit is 0 keeps a, sends b, takes its partner's a as its new b) move them
+    within the warp; then every store's four registers must hold 4 consecutive pairs (8 columns, 16 bytes) at the
+    row and column the source's ``row =`` and ``col =`` lines compute, every pair of the half-tile is stored once,
+    and each warp's store instruction writes whole 128-byte lines (4 rows of 64 columns)."""
+    import inspect
+
+    src = inspect.getsource(gb._store_rows.fn)
+    swaps = [tuple(int(v) for v in m.split(",")) for m in re.findall(r"_swap_bits\(p, ([\d, ]+)\)", src)]
+    assert len(swaps) == 4, swaps
+    row_expr = re.search(r"\n\s*row = (.+)", src).group(1)
+    col_expr = re.search(r"\n\s*col = (.+)", src).group(1)
+    reg_of = {(dr, dq): g for g, (dr, dq) in enumerate(_PAIR_REGS)}
+    for warp in range(4):
+        # pairs[lane][register]: the (row, q) each register holds, starting where the layout puts it
+        pairs = [
+            [tuple(a ^ b for a, b in zip(_at(_PAIR_LANES, lane), _at(_PAIR_REGS, g), strict=True)) for g in range(32)]
+            for lane in range(32)
+        ]
+        pairs = [[(r ^ _at(_PAIR_WARPS, warp)[0], q) for r, q in regs] for regs in pairs]
+        for mask, sdim, sbit, dim, bit in swaps:
+            g_bit = reg_of[(1 << bit, 0) if dim == 0 else (0, 1 << bit)]
+            sel = [_at(_PAIR_LANES, lane)[sdim] >> sbit & 1 for lane in range(32)]
+            assert all(sel[lane] == (lane & mask != 0) for lane in range(32)), (mask, sdim, sbit)
+            new = [list(regs) for regs in pairs]
+            for lane in range(32):
+                for g in range(32):
+                    if g >> g_bit & 1:
+                        continue
+                    a, b = pairs[lane][g], pairs[lane][g | 1 << g_bit]
+                    got = pairs[lane ^ mask][g] if not sel[lane] else pairs[lane ^ mask][g | 1 << g_bit]
+                    new[lane][g], new[lane][g | 1 << g_bit] = (got, b) if sel[lane] else (a, got)
+            pairs = new
+        stored = set()
+        h, v = reg_of[(8, 0)], reg_of[(0, 4)]  # the registers t_hv: row 8 and q bit 2, as the store splits them
+        for g in range(32):
+            if g >> h & 1 or g >> v & 1:
+                continue
+            lines = set()
+            for lane in range(32):
+                i, j = tuple(a ^ b for a, b in zip(_at(_PAIR_LANES, lane), _at(_PAIR_REGS, g), strict=True))
+                i ^= _at(_PAIR_WARPS, warp)[0]
+                row, col = eval(row_expr, {"i": i, "j": j}), eval(col_expr, {"i": i, "j": j})
+                vector = [pairs[lane][g | hh << h | vv << v] for vv in (0, 1) for hh in (0, 1)]
+                assert vector == [(row, col // 2 + k) for k in range(4)], (warp, lane, g, vector, row, col)
+                stored.update(vector)
+                lines.add((row, col // 64))
+            assert len(lines) == 4, (warp, g, lines)  # 32 lanes x 16 bytes: four whole 128-byte lines
+        assert stored == {(16 * warp + r, q) for r in range(16) for q in range(64)}, warp
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_the_16_byte_epilogues_model_is_the_accumulators_layout() -> None:
+    """The bases ``test_the_16_byte_epilogue_puts_every_pair_in_place_and_writes_whole_lines`` replays are Triton's:
+    a 64 x 128 bf16 tensor in the wgmma accumulator layout of a warpgroup converted to the linear layout with
+    those bases (each pair's two columns in one register: column bit 0 the first register bit) needs no shared
+    memory and no shuffle, so the two are one layout."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import compile, make_backend
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import create_function_from_signature
+
+    @gluon.jit
+    def convert(ptr, SRC: gl.constexpr, DST: gl.constexpr):
+        y = gl.convert_layout(gl.full([64, 128], 1.0, gl.bfloat16, SRC), DST)
+        rows = gl.arange(0, 64, layout=gl.SliceLayout(1, DST))
+        cols = gl.arange(0, 128, layout=gl.SliceLayout(0, DST))
+        gl.store(ptr + rows[:, None] * 128 + cols[None, :], y)
+
+    def elements(bases: list[tuple[int, int]]) -> list[list[int]]:  # (row, q) of pairs -> (row, column)
+        return [[r, 2 * q] for r, q in bases]
+
+    dst = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], *elements(_PAIR_REGS)],
+        lane_bases=elements(_PAIR_LANES),
+        warp_bases=elements(_PAIR_WARPS),
+        block_bases=[],
+        shape=[64, 128],
+    )
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    kwargs = {"SRC": gb._wgmma_layout(64, 128), "DST": dst, "num_warps": 4}
+    binder = create_function_from_signature(convert.signature, convert.params, backend)
+    bound, spec, options = binder(torch.empty(64, 128, dtype=torch.bfloat16), **kwargs)
+    options, signature, cexprs, attrs = convert._pack_args(backend, kwargs, bound, spec, options)
+    k = compile(GluonASTSource(convert, signature, cexprs, attrs), target=target, options=options.__dict__)
+    assert k.metadata.shared == 0 and "shfl" not in k.asm["ptx"]
+    # and a layout that is not it (two lane bits swapped) does move data
+    dst = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], *elements(_PAIR_REGS)],
+        lane_bases=elements([_PAIR_LANES[1], _PAIR_LANES[0], *_PAIR_LANES[2:]]),
+        warp_bases=elements(_PAIR_WARPS),
+        block_bases=[],
+        shape=[64, 128],
+    )
+    kwargs["DST"] = dst
+    bound, spec, options = binder(torch.empty(64, 128, dtype=torch.bfloat16), **kwargs)
+    options, signature, cexprs, attrs = convert._pack_args(backend, kwargs, bound, spec, options)
+    k = compile(GluonASTSource(convert, signature, cexprs, attrs), target=target, options=options.__dict__)
+    assert k.metadata.shared > 0 or "shfl" in k.asm["ptx"]
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
@@ -685,6 +821,19 @@ def test_wide_deferred_epilogue_correct_and_repeatable_on_gpu(b: int, s: int) ->
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(WIDE_B32, epi_defer=1), b, s, seed=23 * s + b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize(("b", "s"), [(4, 128), (8, 128), (1, 1024), (2, 384), (16, 128), (6, 128)])
+def test_register_epilogue_in_16_byte_rows_correct_and_repeatable_on_gpu(mode: int, b: int, s: int) -> None:
+    """v33 (off in the table): the epilogue stored from registers in 16-byte rows (``epi_vec``: the pairs moved
+    within each warp, ``_store_rows``) at the tile's end (1) or beside the next tile's first MMA (2), 7 stages,
+    against the harness's correctness loop and bit for bit run to run (M = 512-2048, 768 off-grid; both kinds'
+    addressing: grad_attn_output's heads and grad_weight's rows)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    _correct_and_repeatable(replace(RING, epi_global=mode, epi_vec=True, stages=7), b, s, seed=29 * s + b + mode)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
