@@ -92,7 +92,7 @@ DESC_PARAMS = 5
 # The schedules' switches that change the ring or the epilogue: the kernels with a ring of their own (multicast,
 # stream_k) take none of them (GluonConfig.switches_on)
 SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch",
-                     "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first")  # fmt: skip
+                     "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first", "first_delay")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,9 @@ class GluonConfig:
     # L2 for the K-step ``first_ahead`` steps ahead of each step it loads (one ``cp.async.bulk.prefetch.tensor`` a
     # TMA box, the boxes its loads will read), so that the first pass's loads are served from L2, as with a warm L2
     first_ahead: int = 0
+    # v34: after issuing the ring's first stage, the loader sleeps ``first_delay`` ns (``nanosleep``) before the
+    # next stages' loads, so that the first stage's 32 KB do not share the SMs' intake with the five behind it
+    first_delay: int = 0
     # v29: programs 2c and 2c + 1 (tiles of one column block in the grouped order) run as a 2-CTA cluster and share
     # each K-step's B block (weight's or reshaped's 128 columns): from the ring's second pass on, each CTA loads one of
     # its two 64-column boxes by multicast TMA into both CTAs' stages (24 KB a step an SM from L2 instead of 32), and a
@@ -249,6 +252,8 @@ class GluonConfig:
                 "epi_global 0-2: cooperative 128x128 tiles of both kinds, host descriptors, bk 64 (no epi_hold, "
                 "ping-pong, halves, epi_defer)"
             )
+        if not 0 <= self.first_delay <= 10_000 or (self.first_delay and not self.host_desc):
+            raise ValueError(f"first_delay {self.first_delay}: 0-10000 ns, host descriptors")
         if self.epi_vec and not self.epi_global:
             raise ValueError("epi_vec: the stores from registers of epi_global 1 or 2")
         if self.first_ahead < 0 or (self.first_ahead and (not self.host_desc or self.k_rotate or self.serpentine)):
@@ -496,6 +501,12 @@ if GLUON_IMPORTED:
             _mc_arrive(s, EMP_OFF)
 
     @gluon.jit
+    def _nanosleep(NS: gl.constexpr):
+        """FD (v34): the calling warp suspended for about NS ns (``nanosleep``: between 0 and 2 NS)."""
+        gl.inline_asm_elementwise(f"nanosleep.u32 {NS}; mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+
+    @gluon.jit
     def _tmap_prefetch():
         """TMPF (v25): the six descriptors asked of the TMA unit's descriptor cache before anything uses them."""
         gl.inline_asm_elementwise(_tmap_prefetch_asm(), "=r", [], dtype=gl.int32, is_pure=False, pack=1)
@@ -639,6 +650,7 @@ if GLUON_IMPORTED:
         boot=None, LAZY: gl.constexpr = False, CONSUMERS: gl.constexpr = 2, NXPF: gl.constexpr = 0,
         NX_D: gl.constexpr = 4, SERP: gl.constexpr = False, FA: gl.constexpr = 0, MC: gl.constexpr = 0,
         MC_B: gl.constexpr = 0, MC_RDY: gl.constexpr = 0, mc_flag=None, MC_EMP: gl.constexpr = 0,
+        FD: gl.constexpr = 0,
     ):  # fmt: skip
         """One warp: TMA loads of every K-step of the program's tiles, in order, into the stage ring (with L2PF & 4,
         each grad_attn tile's grad_output rows asked of L2 first; with L2PF & 8, in the program's first tile, its
@@ -726,6 +738,9 @@ if GLUON_IMPORTED:
                             if k0 == ga_nx:  # the program's next tile: a grad_attn one, or its first grad_weight
                                 _next_tile_prefetch(True, t + ga_step, n_ga, GA_FIRST, gw_lo, n_gw, n_ga_m, M, NXPF,
                                                     HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)  # fmt: skip
+                        if FD > 0:
+                            if it == 0:
+                                _nanosleep(FD)
                         it += 1
                     nt_s += 1
             else:
@@ -772,6 +787,9 @@ if GLUON_IMPORTED:
                             if k0 == gw_nx:  # the program's next tile: a grad_weight one, or its first grad_attn
                                 _next_tile_prefetch(False, t + gw_step, n_gw, not GA_FIRST, ga_lo, n_ga, n_ga_m, M,
                                                     NXPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)  # fmt: skip
+                        if FD > 0:
+                            if it == 0:
+                                _nanosleep(FD)
                         it += 1
                     nt_s += 1
         if LAZY:  # a program of fewer steps than stages: the rest initialised, and the consumers let go
@@ -1497,11 +1515,12 @@ if GLUON_IMPORTED:
                      NSPLIT: gl.constexpr, go_a, w_b, go_t, x_b, L2PF: gl.constexpr, pf_go, pf_w, pf_x,
                      PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr, NXPF: gl.constexpr,
                      NX_D: gl.constexpr, SERP: gl.constexpr, FA: gl.constexpr, MC: gl.constexpr,
-                     MC_B: gl.constexpr, MC_RDY: gl.constexpr, mc_flag, MC_EMP: gl.constexpr):  # fmt: skip
+                     MC_B: gl.constexpr, MC_RDY: gl.constexpr, mc_flag, MC_EMP: gl.constexpr,
+                     FD: gl.constexpr = 0):  # fmt: skip
         CONSUMERS: gl.constexpr = _consumers(PINGPONG)
         _loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
                 GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, sync.index(3), LAZY,
-                CONSUMERS, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP)  # fmt: skip
+                CONSUMERS, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP, FD)  # fmt: skip
 
     @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
     def gluon_bwd_kernel(
@@ -1561,6 +1580,7 @@ if GLUON_IMPORTED:
         MC_RDY: gl.constexpr = 0,
         MC_EMP: gl.constexpr = 0,
         mc_flag=None,
+        FD: gl.constexpr = 0,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
@@ -1572,7 +1592,7 @@ if GLUON_IMPORTED:
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
-                    SERP, EPI_G, ga_ptr, gw_ptr, FA, MC, MC_B, MC_RDY, MC_EMP, mc_flag)  # fmt: skip
+                    SERP, EPI_G, ga_ptr, gw_ptr, FA, MC, MC_B, MC_RDY, MC_EMP, mc_flag, FD)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -1585,7 +1605,7 @@ if GLUON_IMPORTED:
         NSPLIT: gl.constexpr, L2PF: gl.constexpr, pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr,
         LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
         SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr, FA: gl.constexpr, MC: gl.constexpr,
-        MC_B: gl.constexpr, MC_RDY: gl.constexpr, MC_EMP: gl.constexpr, mc_flag,
+        MC_B: gl.constexpr, MC_RDY: gl.constexpr, MC_EMP: gl.constexpr, mc_flag, FD: gl.constexpr = 0,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
@@ -1663,7 +1683,7 @@ if GLUON_IMPORTED:
                 (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
                                 GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
                                 PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP)),
+                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP, FD)),
             ],
             [4, 1],
             [232, LOADER_REGS],
@@ -2074,6 +2094,8 @@ def launch_arguments(
         constexprs.update(EPI_G=cfg.epi_global | (4 if cfg.epi_vec else 0), ga_ptr=ga, gw_ptr=gw)
     if cfg.first_ahead:
         constexprs["FA"] = cfg.first_ahead
+    if cfg.first_delay:
+        constexprs["FD"] = cfg.first_delay
     if cfg.multicast:
         if not pairs_programs(plan):
             raise ValueError(f"multicast: pairs of programs on tiles of one column block; not this plan: {plan}")

@@ -244,6 +244,13 @@ def variants() -> dict[str, tuple[int, object]]:
         for mode in (1, 2):
             out[f"ev{mode}s7_{m}"] = (m, replace(lz[m], epi_global=mode, epi_vec=True, stages=7))
         out[f"ev2s6_{m}"] = (m, replace(lz[m], epi_global=2, epi_vec=True))
+    # v34: after the ring's first stage, the loader sleeps first_delay ns before the other stages' loads (the first
+    # 32 KB alone in the SMs' intake), on every bucket's entry
+    for d in (150, 300, 600):
+        for m in (256, 512, 1024, 2048):
+            out[f"fd{d}_{m}"] = (m, replace(lz[m], first_delay=d))
+        for m in (4096, 8192):
+            out[f"w256s3fd{d}_{m}"] = (m, replace(w256, first_delay=d))
     return out
 
 

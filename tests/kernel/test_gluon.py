@@ -345,6 +345,9 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
         ({"first_ahead": 4, "host_desc": False}, "first_ahead"),
         ({"first_ahead": 4, "k_rotate": 1}, "first_ahead"),
         ({"first_ahead": 4, "serpentine": True}, "first_ahead"),
+        ({"first_delay": -1}, "first_delay"),  # v34: ns the loader sleeps after the ring's first stage
+        ({"first_delay": 20_000}, "first_delay"),
+        ({"first_delay": 300, "host_desc": False}, "first_delay"),
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
@@ -374,6 +377,7 @@ def test_multicast_is_checked() -> None:
         {"serpentine": True},
         {"tmap_prefetch": True},
         {"gw_first": True},
+        {"first_delay": 300},
         {"multicast": 5},  # 1 the multicast; diagnostics: 2 the coupled rings with local loads, 3-4 spinning waits
     ):
         with pytest.raises(ValueError, match="multicast"):
@@ -676,6 +680,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         {"epi_defer": 2},
         {"serpentine": True},
         {"first_ahead": 4},
+        {"first_delay": 300},
     )
     for on in ({}, *switches):
         ptx = compile_for(1024, 128, replace(cfg, **on))[1].asm["ptx"] if on else plain
@@ -683,6 +688,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         report = ptxas_report(ptx)
         assert not re.findall(r"C751[147]", report), (on, report[-1500:])
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (on, report[-1500:])
+        assert ptx.count("nanosleep.u32 300;") == (2 if on.get("first_delay") else 0), on  # v34: one a kind of tile
     # v32: the deferred epilogue of 128x256 tiles in K-steps of 32 (a 64x256 bf16 half-tile kept a warpgroup)
     plain = compile_for(1024, 128, WIDE_B32)[1].asm["ptx"]
     ptx = compile_for(1024, 128, replace(WIDE_B32, epi_defer=1))[1].asm["ptx"]
@@ -834,6 +840,18 @@ def test_register_epilogue_in_16_byte_rows_correct_and_repeatable_on_gpu(mode: i
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(RING, epi_global=mode, epi_vec=True, stages=7), b, s, seed=29 * s + b + mode)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), [(1, 256), (4, 128), (8, 128), (2, 384), (16, 128)])
+def test_first_delay_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v34 (off in the table): the loader's sleep after the ring's first stage changes when loads leave, not what
+    they load: the harness's correctness loop and bit for bit run to run (ping-pong at M = 256, the cooperative ring
+    at 512-2048 and 768)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    base = replace(RING, pingpong=True, stages=7) if b * s <= 256 else RING
+    _correct_and_repeatable(replace(base, first_delay=300), b, s, seed=31 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
