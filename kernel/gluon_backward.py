@@ -41,6 +41,9 @@ v30 (off in the table, item 30): ``stream_k``, one kind of tile whole and the ot
 every SM's program, a split tile joined through an fp32 workspace and a flag (``gluon_bwd_kernel_sk``); 1.13-1.40x
 slower. No inline PTX inside the partitions reads ``%tid`` / ``%laneid``: one that did made ptxas loop over the
 lanes around the loader's TMAs and mbarrier inits (``scripts/diag_gluon.py`` counts the loops; a test keeps them at 0).
+v33 (off in the table, item 33): ``epi_vec``, ``epi_global``'s stores in 16-byte stores of whole lines (the pairs
+moved within each warp by shuffles, ``_store_rows``); 1.04-1.13x slower: the stores still hold the warps. v34 (off in
+the table, item 34): ``first_delay``, the loader's sleep after the ring's first stage; level.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
