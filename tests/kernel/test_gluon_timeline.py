@@ -107,6 +107,20 @@ def test_loads_only_diagnostic_runs_the_tables_loader_and_nothing_else() -> None
         assert int(re.search(r"tma_load (\d+)", line).group(1)) > 0, line
 
 
+def test_tma_latency_probe_compiles_with_its_rounds_of_boxes_and_its_stamps() -> None:
+    """scripts/diag_tma_latency.py (kernel/NOTES.md item 34's Next 1): one warp a program loading three rounds of
+    16 KB boxes, each on its own barrier, compiled for sm_90 with 1 and 12 boxes a round: 3 x B TMA loads, the
+    eight %globaltimer stamps, and 12 boxes' shared memory within an SM's."""
+    out = run_script("scripts/diag_tma_latency.py", "--compile-only")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {int(m.group(1)): m for m in re.finditer(r"B=(\d+): shared (\d+) B, tma loads (\d+), globaltimer (\d+)",
+                                                     out.stdout)}  # fmt: skip
+    assert set(rows) == {1, 12}, out.stdout
+    for b, m in rows.items():
+        assert int(m.group(3)) == 3 * b and int(m.group(4)) == 8, m.group(0)
+        assert b * 16 * 1024 <= int(m.group(2)) <= H200_SHARED_MAX, m.group(0)
+
+
 def test_the_loaders_stamp_gives_when_a_tiles_first_stage_left_and_how_long_it_took(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
