@@ -95,7 +95,8 @@ DESC_PARAMS = 5
 # The schedules' switches that change the ring or the epilogue: the kernels with a ring of their own (multicast,
 # stream_k) take none of them (GluonConfig.switches_on)
 SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch",
-                     "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first", "first_delay")  # fmt: skip
+                     "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first", "first_delay",
+                     "first_prefetch")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,10 @@ class GluonConfig:
     # v34: after issuing the ring's first stage, the loader sleeps ``first_delay`` ns (``nanosleep``) before the
     # next stages' loads, so that the first stage's 32 KB do not share the SMs' intake with the five behind it
     first_delay: int = 0
+    # v36: the program's first tile's first ``first_prefetch`` K-steps asked of L2 (one tensor prefetch a TMA box) at
+    # its entry, before the barriers' inits and the partitions' start: the first fill's DRAM reads leave ~0.3 us
+    # before the loader's first loads (item 35: the first data waits for DRAM)
+    first_prefetch: int = 0
     # v29: programs 2c and 2c + 1 (tiles of one column block in the grouped order) run as a 2-CTA cluster and share
     # each K-step's B block (weight's or reshaped's 128 columns): from the ring's second pass on, each CTA loads one of
     # its two 64-column boxes by multicast TMA into both CTAs' stages (24 KB a step an SM from L2 instead of 32), and a
@@ -255,6 +260,8 @@ class GluonConfig:
                 "epi_global 0-2: cooperative 128x128 tiles of both kinds, host descriptors, bk 64 (no epi_hold, "
                 "ping-pong, halves, epi_defer)"
             )
+        if self.first_prefetch not in range(5) or (self.first_prefetch and (not self.host_desc or self.k_rotate)):
+            raise ValueError(f"first_prefetch {self.first_prefetch}: 0-4 K-steps, host descriptors, no k_rotate")
         if not 0 <= self.first_delay <= 10_000 or (self.first_delay and not self.host_desc):
             raise ValueError(f"first_delay {self.first_delay}: 0-10000 ns, host descriptors")
         if self.epi_vec and not self.epi_global:
@@ -540,6 +547,25 @@ if GLUON_IMPORTED:
                         _box_prefetch(2, i * BK, wm * GW_BM + j * 64)
                     for j in gl.static_range(GW_BN // 64):
                         _box_prefetch(3, i * BK, wn * GW_BN + j * 64)
+
+    @gluon.jit
+    def _first_tile_prefetch(
+        M, n_ga_m, P_GA, GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr,
+        GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr, FPF: gl.constexpr,
+    ):  # fmt: skip
+        """FPF (v36): the program's first tile's first FPF K-steps asked of L2 (``_tile_prefetch``), its first kind's
+        first tile (GA_FIRST's, or the other where the program has none of it)."""
+        ga_lo, _, n_ga, gw_lo, _, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
+        if GA_FIRST:
+            if ga_lo < n_ga:
+                _tile_prefetch(True, ga_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+            elif gw_lo < n_gw:
+                _tile_prefetch(False, gw_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+        else:
+            if gw_lo < n_gw:
+                _tile_prefetch(False, gw_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+            elif ga_lo < n_ga:
+                _tile_prefetch(True, ga_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
 
     @gluon.jit
     def _next_tile_prefetch(
@@ -1584,6 +1610,7 @@ if GLUON_IMPORTED:
         MC_EMP: gl.constexpr = 0,
         mc_flag=None,
         FD: gl.constexpr = 0,
+        FPF: gl.constexpr = 0,
     ):  # fmt: skip
         """The same kernel with host TMA descriptors (Gluon ``TensorDescriptor``): the table's entry point (the
         CI's plan contract accepts their plain NVMMA layout, ci/harness/plan.py); with L2PF, the inputs' plain
@@ -1595,7 +1622,7 @@ if GLUON_IMPORTED:
         _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
                     GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL,
                     NSPLIT, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY, TMPF, NXPF, NX_D, DEFER,
-                    SERP, EPI_G, ga_ptr, gw_ptr, FA, MC, MC_B, MC_RDY, MC_EMP, mc_flag, FD)  # fmt: skip
+                    SERP, EPI_G, ga_ptr, gw_ptr, FA, MC, MC_B, MC_RDY, MC_EMP, mc_flag, FD, FPF)  # fmt: skip
 
     @gluon.jit
     def _gluon_body(
@@ -1609,11 +1636,14 @@ if GLUON_IMPORTED:
         LAZY: gl.constexpr, TMPF: gl.constexpr, NXPF: gl.constexpr, NX_D: gl.constexpr, DEFER: gl.constexpr,
         SERP: gl.constexpr, EPI_G: gl.constexpr, ga_ptr, gw_ptr, FA: gl.constexpr, MC: gl.constexpr,
         MC_B: gl.constexpr, MC_RDY: gl.constexpr, MC_EMP: gl.constexpr, mc_flag, FD: gl.constexpr = 0,
+        FPF: gl.constexpr = 0,
     ):  # fmt: skip
         """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
         partition is consumer 0)."""
         if TMPF:  # before anything else: the descriptors on their way into the TMA unit's cache
             _tmap_prefetch()
+        if FPF > 0:  # before anything else: the first tile's first K-steps on their way from DRAM into L2
+            _first_tile_prefetch(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP, FPF)
         dtype: gl.constexpr = go_a.dtype
         if L2PF & 1:  # this program's share of grad_output, asked of L2 before anything else is loaded
             _l2_prefetch(pf_go, M * (HID * 2), gl.program_id(0), gl.num_programs(0), 4)
@@ -2099,6 +2129,8 @@ def launch_arguments(
         constexprs["FA"] = cfg.first_ahead
     if cfg.first_delay:
         constexprs["FD"] = cfg.first_delay
+    if cfg.first_prefetch:
+        constexprs["FPF"] = cfg.first_prefetch
     if cfg.multicast:
         if not pairs_programs(plan):
             raise ValueError(f"multicast: pairs of programs on tiles of one column block; not this plan: {plan}")

@@ -251,6 +251,12 @@ def variants() -> dict[str, tuple[int, object]]:
             out[f"fd{d}_{m}"] = (m, replace(lz[m], first_delay=d))
         for m in (4096, 8192):
             out[f"w256s3fd{d}_{m}"] = (m, replace(w256, first_delay=d))
+    # v36: the program's first tile's first 1 or 2 K-steps asked of L2 at its entry, on every bucket's entry
+    for n in (1, 2):
+        for m in (256, 512, 1024, 2048):
+            out[f"fp{n}_{m}"] = (m, replace(lz[m], first_prefetch=n))
+        for m in (4096, 8192):
+            out[f"w256s3fp{n}_{m}"] = (m, replace(w256, first_prefetch=n))
     return out
 
 

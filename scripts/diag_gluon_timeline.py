@@ -69,6 +69,7 @@ VARIANTS: dict[str, dict] = {
     "ev27": {"epi_global": 2, "epi_vec": True, "stages": 7},  # v33: and beside the next tile's first MMA
     "fd300": {"first_delay": 300},  # v34: the loader sleeps 300 ns after the ring's first stage
     "fd600": {"first_delay": 600},
+    "fp2": {"first_prefetch": 2},  # v36: the first tile's first 2 K-steps asked of L2 at the program's entry
     "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
     "fa8": {"first_ahead": 8},
     "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start

@@ -348,6 +348,9 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
         ({"first_delay": -1}, "first_delay"),  # v34: ns the loader sleeps after the ring's first stage
         ({"first_delay": 20_000}, "first_delay"),
         ({"first_delay": 300, "host_desc": False}, "first_delay"),
+        ({"first_prefetch": 5}, "first_prefetch"),  # v36: K-steps of the first tile asked of L2 at the entry
+        ({"first_prefetch": 2, "host_desc": False}, "first_prefetch"),
+        ({"first_prefetch": 2, "k_rotate": 1}, "first_prefetch"),
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
@@ -378,6 +381,7 @@ def test_multicast_is_checked() -> None:
         {"tmap_prefetch": True},
         {"gw_first": True},
         {"first_delay": 300},
+        {"first_prefetch": 2},
         {"multicast": 5},  # 1 the multicast; diagnostics: 2 the coupled rings with local loads, 3-4 spinning waits
     ):
         with pytest.raises(ValueError, match="multicast"):
@@ -681,6 +685,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         {"serpentine": True},
         {"first_ahead": 4},
         {"first_delay": 300},
+        {"first_prefetch": 2},
     )
     for on in ({}, *switches):
         ptx = compile_for(1024, 128, replace(cfg, **on))[1].asm["ptx"] if on else plain
@@ -689,6 +694,8 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         assert not re.findall(r"C751[147]", report), (on, report[-1500:])
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), (on, report[-1500:])
         assert ptx.count("nanosleep.u32 300;") == (2 if on.get("first_delay") else 0), on  # v34: one a kind of tile
+        if on.get("first_prefetch"):  # v36: 2 K-steps of either kind's first tile, a prefetch a box (3 + 4)
+            assert ptx.count("cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == 2 * (3 + 4), on
     # v32: the deferred epilogue of 128x256 tiles in K-steps of 32 (a 64x256 bf16 half-tile kept a warpgroup)
     plain = compile_for(1024, 128, WIDE_B32)[1].asm["ptx"]
     ptx = compile_for(1024, 128, replace(WIDE_B32, epi_defer=1))[1].asm["ptx"]
@@ -843,15 +850,16 @@ def test_register_epilogue_in_16_byte_rows_correct_and_repeatable_on_gpu(mode: i
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("switch", [{"first_delay": 300}, {"first_prefetch": 2}])
 @pytest.mark.parametrize(("b", "s"), [(1, 256), (4, 128), (8, 128), (2, 384), (16, 128)])
-def test_first_delay_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
-    """v34 (off in the table): the loader's sleep after the ring's first stage changes when loads leave, not what
-    they load: the harness's correctness loop and bit for bit run to run (ping-pong at M = 256, the cooperative ring
-    at 512-2048 and 768)."""
+def test_first_fill_switches_correct_and_repeatable_on_gpu(switch: dict, b: int, s: int) -> None:
+    """v34 and v36 (off in the table): the loader's sleep after the ring's first stage, and the first tile's first
+    K-steps asked of L2 at the entry, change when data moves, not what is loaded: the harness's correctness loop and
+    bit for bit run to run (ping-pong at M = 256, the cooperative ring at 512-2048 and 768)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     base = replace(RING, pingpong=True, stages=7) if b * s <= 256 else RING
-    _correct_and_repeatable(replace(base, first_delay=300), b, s, seed=31 * s + b)
+    _correct_and_repeatable(replace(base, **switch), b, s, seed=31 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
