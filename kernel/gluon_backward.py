@@ -43,7 +43,8 @@ slower. No inline PTX inside the partitions reads ``%tid`` / ``%laneid``: one th
 lanes around the loader's TMAs and mbarrier inits (``scripts/diag_gluon.py`` counts the loops; a test keeps them at 0).
 v33 (off in the table, item 33): ``epi_vec``, ``epi_global``'s stores in 16-byte stores of whole lines (the pairs
 moved within each warp by shuffles, ``_store_rows``); 1.04-1.13x slower: the stores still hold the warps. v34 (off in
-the table, item 34): ``first_delay``, the loader's sleep after the ring's first stage; level.
+the table, item 34): ``first_delay``, the loader's sleep after the ring's first stage; level. v36 (off in the table,
+item 36): ``first_prefetch``, the first tile's first K-steps asked of L2 at the program's entry; 1.03-1.21x slower.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
@@ -175,8 +176,8 @@ class GluonConfig:
     # buffers: 32 KB freed, so a 7th stage of 128x128 blocks fits): 1 at the tile's end, 2 beside the next tile's
     # first MMA (``_consumer_defer``); host descriptors for the loads, the outputs' plain pointers for the stores
     epi_global: int = 0
-    # v33: ``epi_global``'s stores in 16-byte rows: each warp's part of the half-tile moved within the warp into 8
-    # consecutive columns of 4 rows a thread (``_row_vectors``), so a warp's store writes four whole 128-byte lines
+    # v33: ``epi_global``'s stores in 16-byte rows: each warp's part of the half-tile moved within the warp by shuffles
+    # so that a lane holds 8 consecutive columns (``_store_rows``), and a warp's store writes four whole 128-byte lines
     # (v27's 4-byte stores touched 8 rows of 16 bytes each); passed to the kernel as EPI_G's bit 4
     epi_vec: bool = False
     # v28: during the program's first tile (every program's first pass over cold inputs, in lockstep) the loader asks
