@@ -97,7 +97,7 @@ DESC_PARAMS = 5
 # stream_k) take none of them (GluonConfig.switches_on)
 SCHEDULE_SWITCHES = ("epi_hold", "pingpong", "halves", "epi_defer", "epi_global", "first_ahead", "l2_prefetch",
                      "next_prefetch", "k_rotate", "serpentine", "tmap_prefetch", "gw_first", "first_delay",
-                     "first_prefetch")  # fmt: skip
+                     "first_prefetch", "stagger")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,10 @@ class GluonConfig:
     # its entry, before the barriers' inits and the partitions' start: the first fill's DRAM reads leave ~0.3 us
     # before the loader's first loads (item 35: the first data waits for DRAM)
     first_prefetch: int = 0
+    # v37: where the plan shares programs and runs grad_attn tiles first (M = 1024-2048), the upper half of the
+    # programs runs its grad_weight tiles first (the same tiles, in the other order), so that no tile boundary comes
+    # to every SM at once; each half stays in step with its own neighbours (the kernel's GA_FIRST 2)
+    stagger: bool = False
     # v29: programs 2c and 2c + 1 (tiles of one column block in the grouped order) run as a 2-CTA cluster and share
     # each K-step's B block (weight's or reshaped's 128 columns): from the ring's second pass on, each CTA loads one of
     # its two 64-column boxes by multicast TMA into both CTAs' stages (24 KB a step an SM from L2 instead of 32), and a
@@ -265,6 +269,8 @@ class GluonConfig:
             raise ValueError(f"first_prefetch {self.first_prefetch}: 0-4 K-steps, host descriptors, no k_rotate")
         if not 0 <= self.first_delay <= 10_000 or (self.first_delay and not self.host_desc):
             raise ValueError(f"first_delay {self.first_delay}: 0-10000 ns, host descriptors")
+        if self.stagger and (self.pingpong or self.epi_defer or self.epi_global == 2 or self.gw_first):
+            raise ValueError("stagger: the cooperative consumers (no ping-pong, deferred epilogue, gw_first)")
         if self.epi_vec and not self.epi_global:
             raise ValueError("epi_vec: the stores from registers of epi_global 1 or 2")
         if self.first_ahead < 0 or (self.first_ahead and (not self.host_desc or self.k_rotate or self.serpentine)):
@@ -724,7 +730,9 @@ if GLUON_IMPORTED:
         B_STAGE: gl.constexpr = BK * (GW_BN if GW_BN >= GA_BN else GA_BN) * 2
         it = 0
         for phase in gl.static_range(2):
-            if (phase == 0) == GA_FIRST:
+            # GA_FIRST 2 (v37, stagger): the upper half of the programs runs its grad_weight tiles first (a condition
+            # at run time; a static one otherwise, written in one expression: a constexpr cannot be assigned twice)
+            if ((phase == 0) != (pid >= nprog // 2)) if GA_FIRST == 2 else ((phase == 0) == GA_FIRST):
                 for t in range(ga_lo, n_ga, ga_step):
                     am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
                     off_m = am * GA_BM
@@ -1081,7 +1089,12 @@ if GLUON_IMPORTED:
         ga_rel: gl.constexpr = (HOLD_REL - 1 if HOLD_REL - 1 < HID // BK else HID // BK - 1) * BK
         gw_rel = gl.minimum(HOLD_REL - 1, gl.cdiv(M, BK) - 1) * BK
         for phase in gl.static_range(2):
-            if (phase == 0) == GA_FIRST:
+            # GA_FIRST 2 (v37, stagger): as the loader, the upper half of the programs grad_weight first
+            if (
+                ((phase == 0) != (gl.program_id(0) >= gl.num_programs(0) // 2))
+                if GA_FIRST == 2
+                else ((phase == 0) == GA_FIRST)
+            ):
                 for t in range(ga_lo, n_ga, ga_step):
                     am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
                     off_m = am * GA_BM
@@ -2098,7 +2111,7 @@ def launch_arguments(
         args = (*descs, part, flag, m, s, plan.n_ga_m, stream_k_interleave(m, cfg, plan.programs, kind))
         return args, {"SK": kind, **tiles, "LAZY": cfg.lazy_init}
     constexprs = {
-        "GA_FIRST": plan.ga_first,
+        "GA_FIRST": 2 if cfg.stagger and plan.ga_first and not plan.p_ga else plan.ga_first,
         **tiles,
         "EPI_HOLD": cfg.epi_hold,
         "PINGPONG": cfg.pingpong_mode,

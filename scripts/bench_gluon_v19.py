@@ -257,6 +257,10 @@ def variants() -> dict[str, tuple[int, object]]:
             out[f"fp{n}_{m}"] = (m, replace(lz[m], first_prefetch=n))
         for m in (4096, 8192):
             out[f"w256s3fp{n}_{m}"] = (m, replace(w256, first_prefetch=n))
+    # v37: where the plan shares programs (M = 1024-2048), the upper half of the programs runs its grad_weight tiles
+    # first, so that no tile boundary comes to every SM at once
+    for m in (1024, 2048):
+        out[f"stg_{m}"] = (m, replace(lz[m], stagger=True))
     return out
 
 

@@ -70,6 +70,7 @@ VARIANTS: dict[str, dict] = {
     "fd300": {"first_delay": 300},  # v34: the loader sleeps 300 ns after the ring's first stage
     "fd600": {"first_delay": 600},
     "fp2": {"first_prefetch": 2},  # v36: the first tile's first 2 K-steps asked of L2 at the program's entry
+    "stg": {"stagger": True},  # v37: the upper half of the programs runs its grad_weight tiles first
     "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
     "fa8": {"first_ahead": 8},
     "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start

@@ -11,7 +11,9 @@
 #          trace fd300, fd600 (~350 s)
 #   d      v36: the first tile's first 1 or 2 K-steps asked of L2 at the program's entry (first_prefetch) at
 #          M = 256-2048, trace fp2 (~300 s)
-# Usage: bash scripts/gpu_v33_session.sh [b|c|d]   (logs under $OUT)
+#   e      v37: the upper half of the programs running its grad_weight tiles first (stagger) at M = 1024-2048,
+#          trace stg (~250 s)
+# Usage: bash scripts/gpu_v33_session.sh [b|c|d|e]   (logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -30,7 +32,9 @@ case "${1:-}" in
      ONLY=$(small "fd150 fd300 fd600") ;;
   d) TAG=v36 TIMED="8,128 1,256 4,128 16,128" TRACE=coop,fp2 TESTS=first_fill BUDGET=170
      ONLY=$(small "fp1 fp2") ;;
-  *) echo "gpu_v33_session.sh: unknown run '$1' (b, c, d; none: v33's; -h says what each runs)" >&2; exit 2 ;;
+  e) TAG=v37 TIMED="8,128 1,1024 16,128" TRACE=coop,stg TESTS=stagger BUDGET=150
+     ONLY="lz_1024 stg_1024 lz_2048 stg_2048" ;;
+  *) echo "gpu_v33_session.sh: unknown run '$1' (b-e; none: v33's; -h says what each runs)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -351,6 +351,9 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
         ({"first_prefetch": 5}, "first_prefetch"),  # v36: K-steps of the first tile asked of L2 at the entry
         ({"first_prefetch": 2, "host_desc": False}, "first_prefetch"),
         ({"first_prefetch": 2, "k_rotate": 1}, "first_prefetch"),
+        ({"stagger": True, "pingpong": True, "stages": 7}, "stagger"),  # v37: the cooperative consumers only
+        ({"stagger": True, "epi_defer": 1}, "stagger"),
+        ({"stagger": True, "gw_first": True}, "stagger"),
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
@@ -382,6 +385,7 @@ def test_multicast_is_checked() -> None:
         {"gw_first": True},
         {"first_delay": 300},
         {"first_prefetch": 2},
+        {"stagger": True},
         {"multicast": 5},  # 1 the multicast; diagnostics: 2 the coupled rings with local loads, 3-4 spinning waits
     ):
         with pytest.raises(ValueError, match="multicast"):
@@ -686,6 +690,7 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         {"first_ahead": 4},
         {"first_delay": 300},
         {"first_prefetch": 2},
+        {"stagger": True},
     )
     for on in ({}, *switches):
         ptx = compile_for(1024, 128, replace(cfg, **on))[1].asm["ptx"] if on else plain
@@ -696,6 +701,8 @@ def test_v25_v26_switches_change_the_kernel_only_when_on_and_keep_the_wgmma_pipe
         assert ptx.count("nanosleep.u32 300;") == (2 if on.get("first_delay") else 0), on  # v34: one a kind of tile
         if on.get("first_prefetch"):  # v36: 2 K-steps of either kind's first tile, a prefetch a box (3 + 4)
             assert ptx.count("cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == 2 * (3 + 4), on
+        mmas = len(re.findall(r"wgmma\.mma_async", ptx))  # v37: both orders of the kinds, so twice the MMA sites
+        assert mmas == (2 if on.get("stagger") else 1) * len(re.findall(r"wgmma\.mma_async", plain)), on
     # v32: the deferred epilogue of 128x256 tiles in K-steps of 32 (a 64x256 bf16 half-tile kept a warpgroup)
     plain = compile_for(1024, 128, WIDE_B32)[1].asm["ptx"]
     ptx = compile_for(1024, 128, replace(WIDE_B32, epi_defer=1))[1].asm["ptx"]
@@ -860,6 +867,17 @@ def test_first_fill_switches_correct_and_repeatable_on_gpu(switch: dict, b: int,
         pytest.skip("the Gluon path is Hopper-only")
     base = replace(RING, pingpong=True, stages=7) if b * s <= 256 else RING
     _correct_and_repeatable(replace(base, **switch), b, s, seed=31 * s + b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), [(8, 128), (1, 1024), (6, 128), (16, 128), (12, 128), (4, 256)])
+def test_stagger_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v37 (off in the table): the upper half of the programs runs its grad_weight tiles first, the same tiles in the
+    other order: the harness's correctness loop and bit for bit run to run (the shared plan at M = 768-2048, 1536
+    off-grid)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    _correct_and_repeatable(replace(RING, stagger=True), b, s, seed=37 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
