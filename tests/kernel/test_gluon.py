@@ -115,6 +115,10 @@ def test_table_lines_are_the_selection_writers() -> None:
         gb.GluonConfig(128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=2),
         gb.GluonConfig(128, 256, 128, 256, host_desc=True, first_ahead=8),
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, multicast=True),
+        gb.GluonConfig(  # v33, v34, v36, v37
+            128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=1, epi_vec=True, first_delay=300
+        ),
+        gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, first_prefetch=2, stagger=True),
     ):
         entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
         assert all(len(line) <= 120 for line in entry.splitlines())
