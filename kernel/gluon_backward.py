@@ -562,19 +562,15 @@ if GLUON_IMPORTED:
         M, n_ga_m, P_GA, GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr,
         GW_BM: gl.constexpr, GW_BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr, FPF: gl.constexpr,
     ):  # fmt: skip
-        """FPF (v36): the program's first tile's first FPF K-steps asked of L2 (``_tile_prefetch``), its first kind's
-        first tile (GA_FIRST's, or the other where the program has none of it)."""
+        """FPF (v36): the program's first tile's first FPF K-steps asked of L2: the first kind's first tile, or the
+        other kind's where the program has none of the first (``_next_tile_prefetch``'s choice, from the start)."""
         ga_lo, _, n_ga, gw_lo, _, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         if GA_FIRST:
-            if ga_lo < n_ga:
-                _tile_prefetch(True, ga_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
-            elif gw_lo < n_gw:
-                _tile_prefetch(False, gw_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+            _next_tile_prefetch(True, ga_lo, n_ga, True, gw_lo, n_gw, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN,
+                                BK, GROUP)  # fmt: skip
         else:
-            if gw_lo < n_gw:
-                _tile_prefetch(False, gw_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
-            elif ga_lo < n_ga:
-                _tile_prefetch(True, ga_lo, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, GROUP)
+            _next_tile_prefetch(False, gw_lo, n_gw, True, ga_lo, n_ga, n_ga_m, M, FPF, HID, GA_BM, GA_BN, GW_BM,
+                                GW_BN, BK, GROUP)  # fmt: skip
 
     @gluon.jit
     def _next_tile_prefetch(

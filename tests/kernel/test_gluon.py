@@ -618,17 +618,15 @@ def test_the_16_byte_epilogue_puts_every_pair_in_place_and_writes_whole_lines() 
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
-def test_the_16_byte_epilogues_model_is_the_accumulators_layout() -> None:
+def test_the_16_byte_epilogues_model_is_the_accumulators_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bases ``test_the_16_byte_epilogue_puts_every_pair_in_place_and_writes_whole_lines`` replays are Triton's:
     a 64 x 128 bf16 tensor in the wgmma accumulator layout of a warpgroup converted to the linear layout with
     those bases (each pair's two columns in one register: column bit 0 the first register bit) needs no shared
     memory and no shuffle, so the two are one layout."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import compile, make_backend
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_sm90
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import create_function_from_signature
 
     @gluon.jit
     def convert(ptr, SRC: gl.constexpr, DST: gl.constexpr):
@@ -640,33 +638,20 @@ def test_the_16_byte_epilogues_model_is_the_accumulators_layout() -> None:
     def elements(bases: list[tuple[int, int]]) -> list[list[int]]:  # (row, q) of pairs -> (row, column)
         return [[r, 2 * q] for r, q in bases]
 
-    dst = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], *elements(_PAIR_REGS)],
-        lane_bases=elements(_PAIR_LANES),
-        warp_bases=elements(_PAIR_WARPS),
-        block_bases=[],
-        shape=[64, 128],
-    )
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    kwargs = {"SRC": gb._wgmma_layout(64, 128), "DST": dst, "num_warps": 4}
-    binder = create_function_from_signature(convert.signature, convert.params, backend)
-    bound, spec, options = binder(torch.empty(64, 128, dtype=torch.bfloat16), **kwargs)
-    options, signature, cexprs, attrs = convert._pack_args(backend, kwargs, bound, spec, options)
-    k = compile(GluonASTSource(convert, signature, cexprs, attrs), target=target, options=options.__dict__)
+    def to(lanes: list[tuple[int, int]]):  # the wgmma layout converted to the pairs' bases with these lane bases
+        dst = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], *elements(_PAIR_REGS)],
+            lane_bases=elements(lanes),
+            warp_bases=elements(_PAIR_WARPS),
+            block_bases=[],
+            shape=[64, 128],
+        )
+        kwargs = {"SRC": gb._wgmma_layout(64, 128), "DST": dst, "num_warps": 4}
+        return compile_sm90(convert, (torch.empty(64, 128, dtype=torch.bfloat16),), kwargs)
+
+    k = to(_PAIR_LANES)
     assert k.metadata.shared == 0 and "shfl" not in k.asm["ptx"]
-    # and a layout that is not it (two lane bits swapped) does move data
-    dst = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], *elements(_PAIR_REGS)],
-        lane_bases=elements([_PAIR_LANES[1], _PAIR_LANES[0], *_PAIR_LANES[2:]]),
-        warp_bases=elements(_PAIR_WARPS),
-        block_bases=[],
-        shape=[64, 128],
-    )
-    kwargs["DST"] = dst
-    bound, spec, options = binder(torch.empty(64, 128, dtype=torch.bfloat16), **kwargs)
-    options, signature, cexprs, attrs = convert._pack_args(backend, kwargs, bound, spec, options)
-    k = compile(GluonASTSource(convert, signature, cexprs, attrs), target=target, options=options.__dict__)
+    k = to([_PAIR_LANES[1], _PAIR_LANES[0], *_PAIR_LANES[2:]])  # not it (two lane bits swapped): data moves
     assert k.metadata.shared > 0 or "shfl" in k.asm["ptx"]
 
 
