@@ -2109,7 +2109,7 @@ def launch_arguments(
         args = (*descs, part, flag, m, s, plan.n_ga_m, stream_k_interleave(m, cfg, plan.programs, kind))
         return args, {"SK": kind, **tiles, "LAZY": cfg.lazy_init}
     constexprs = {
-        "GA_FIRST": 2 if cfg.stagger and plan.ga_first and not plan.p_ga else plan.ga_first,
+        "GA_FIRST": 2 if cfg.stagger else plan.ga_first,  # (launched_config: stagger only on a shared, ga-first plan)
         **tiles,
         "EPI_HOLD": cfg.epi_hold,
         "PINGPONG": cfg.pingpong_mode,
@@ -2204,11 +2204,14 @@ def entry_kernel(cfg: GluonConfig):
 
 def launched_config(m: int, cfg: GluonConfig, plan: Plan) -> GluonConfig:
     """The configuration a launch of ``plan`` runs: ``cfg`` without the switches the plan cannot take (multicast
-    where its programs do not pair, stream_k where its ranges are too short to split)."""
+    where its programs do not pair, stream_k where its ranges are too short to split, stagger where the programs do
+    not share a plan that runs grad_attn tiles first)."""
     if cfg.multicast and not pairs_programs(plan):
         cfg = replace(cfg, multicast=0)
     if cfg.stream_k and not stream_k_kind(m, cfg, plan.programs):
         cfg = replace(cfg, stream_k=False)
+    if cfg.stagger and (plan.p_ga or not plan.ga_first):
+        cfg = replace(cfg, stagger=False)
     return cfg
 
 
@@ -2293,7 +2296,7 @@ def launch(
     device = go2.device
     index = device.index if device.index is not None else torch.cuda.current_device()
     plan = plan_for(go2.shape[0], cfg, _sm_count(index))
-    cfg = launched_config(go2.shape[0], cfg, plan)  # (plans that do not take multicast / stream_k: without it)
+    cfg = launched_config(go2.shape[0], cfg, plan)  # (plans that do not take multicast / stream_k / stagger: without)
     if cfg.multicast:
         _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
         return

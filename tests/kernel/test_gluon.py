@@ -450,6 +450,21 @@ def test_stream_k_is_checked_and_falls_back_where_the_ranges_are_too_short() -> 
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_stagger_runs_only_where_the_programs_share_a_grad_attn_first_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v37's ``stagger`` swaps the kinds' order in half the programs of a shared plan that runs grad_attn tiles first
+    (M = 1024-2048); on a partitioned plan (M = 512: each program one kind) or a grad_weight-first one (M >= 4096)
+    the launch runs the configuration without it, and the kernel compiled is the one without it."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_for
+
+    for m, cfg, runs in ((1024, RING, True), (512, RING, False), (4096, WIDE, False)):
+        plan = gb.plan_for(m, cfg, 132)
+        assert gb.launched_config(m, replace(cfg, stagger=True), plan).stagger == runs, m
+    plain = compile_for(512, 128, RING)[1].asm["ptx"]
+    assert compile_for(512, 128, replace(RING, stagger=True))[1].asm["ptx"] == plain
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_stream_k_compiles_with_its_flag_protocol_and_without_spills(monkeypatch: pytest.MonkeyPatch) -> None:
     """v30's entry for sm_90: each warpgroup publishes its partial with one release and waits for the earlier
     program's with one acquire, stores and loads the partial in 8-byte pairs, and (128x128 tiles) keeps every
