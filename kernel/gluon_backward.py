@@ -211,6 +211,11 @@ class GluonConfig:
     # tile split between two programs is joined through an fp32 workspace (``stream_k_kind`` says where it applies;
     # elsewhere the same configuration without it runs). Its own entry, ``gluon_bwd_kernel_sk``
     stream_k: bool = False
+    # v38: two programs an SM, each one consumer warpgroup running whole tiles (ping-pong's consumer without the other
+    # warpgroup or the turns) beside its loader warp, ``stages`` ring stages each (the epilogue in the tile's held last
+    # stage): one program's epilogue, first wait and boundary run while the other program on the SM issues MMAs, with
+    # no barrier between them (the kernel's PINGPONG 3; compiled with ``maxnreg`` 128 so that two fit an SM's registers)
+    solo: bool = False
     sk_order: str = "interleaved"  # v30 run b: the stream's tiles "interleaved" (``stream_k_interleave``) or "linear"
 
     def __post_init__(self) -> None:
@@ -305,6 +310,17 @@ class GluonConfig:
             raise ValueError("halves: cooperative 128x256 grad_weight tiles (no epi_hold, no ping-pong)")
         if self.hold_release < 1 or (self.hold_release > 1 and self.hold_release > self.stages - 1):
             raise ValueError(f"hold_release {self.hold_release}: must be 1, or at most stages - 1 ({self.stages - 1})")
+        if self.solo and (
+            not self.pingpong
+            or self.pp_gw_only
+            or self.pp_depth != 1
+            or not self.host_desc
+            or self.stages > 3
+            or self.ga_bm != 128
+            or self.multicast
+            or self.stream_k
+        ):
+            raise ValueError("solo: ping-pong of 128-row tiles, pp_depth 1, host descriptors, at most 3 stages a program")
         if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):
             raise ValueError("hold_release > 1 needs the cooperative held stage (epi_hold, or pp_gw_only)")
 
@@ -314,8 +330,21 @@ class GluonConfig:
 
     @property
     def pingpong_mode(self) -> int:
-        """The kernel's PINGPONG: 0 cooperative, 1 ping-pong, 2 ping-pong in the grad_weight programs only."""
+        """The kernel's PINGPONG: 0 cooperative, 1 ping-pong, 2 ping-pong in the grad_weight programs only, 3 one
+        warpgroup a program, two programs an SM (``solo``)."""
+        if self.solo:
+            return 3
         return 2 if (self.pingpong and self.pp_gw_only) else int(self.pingpong)
+
+    @property
+    def programs_per_sm(self) -> int:
+        """Programs launched per SM: two with ``solo``, one otherwise."""
+        return 2 if self.solo else 1
+
+    @property
+    def maxnreg(self) -> int | None:
+        """The compile's register cap per thread (``solo``: two programs of 256 threads in 64K registers)."""
+        return 128 if self.solo else None
 
     def kernel_config(self) -> KernelConfig:
         """The tile-language configuration with the same tiles: what ``plan_schedule`` reads."""
@@ -376,8 +405,8 @@ if GLUON_IMPORTED:
 
     @gluon.constexpr_function
     def _consumers(pingpong: int) -> int:
-        """Arrivals that release a stage: one warpgroup in ping-pong proper (PINGPONG 1), both otherwise."""
-        return 1 if pingpong == 1 else 2
+        """Arrivals that release a stage: one warpgroup in ping-pong proper and solo (PINGPONG 1, 3), both otherwise."""
+        return 1 if pingpong == 1 or pingpong == 3 else 2
 
     @gluon.constexpr_function
     def _buffer_passes(nsplit: int, epi_g: int) -> int:
@@ -1353,6 +1382,7 @@ if GLUON_IMPORTED:
         GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
         GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
         BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, REL: gl.constexpr, DEPTH: gl.constexpr,
+        WGS: gl.constexpr = 2,
     ):  # fmt: skip
         """Ping-pong: warpgroup WG runs the program's tiles WG, WG + 2, ... whole (128 rows as two 64-row
         accumulators), skipping the other warpgroup's stages in the ring; while it writes a tile's epilogue (into
@@ -1363,7 +1393,8 @@ if GLUON_IMPORTED:
         The turns are ordered (``sync[1 + w]`` completes a phase when warpgroup w has waited for every stage of its
         tile): a warpgroup waits for the other's previous main loop before it waits on its own first stage. Without
         that, a warpgroup that skipped ahead in the ring could take a stage's earlier fill (the same mbarrier
-        parity two fills back) for its own."""
+        parity two fills back) for its own. ``WGS`` 1 (solo, PINGPONG 3): the program's only warpgroup runs every
+        tile, with no turns."""
         ga_lo, ga_step, n_ga, gw_lo, gw_step, n_gw = _program_tiles(M, n_ga_m, P_GA, GA_FIRST, HID, GA_BN, GW_BM, GW_BN)
         n_ga_n: gl.constexpr = HID // GA_BN
         n_gw_n: gl.constexpr = HID // GW_BN
@@ -1378,8 +1409,8 @@ if GLUON_IMPORTED:
         for phase in gl.static_range(2):
             if (phase == 0) == GA_FIRST:
                 for t in range(ga_lo, n_ga, ga_step):
-                    if nt % 2 == WG:
-                        if nt > 0:  # the other warpgroup's main loop of the program's previous tile has passed
+                    if nt % WGS == WG:
+                        if WGS == 2 and nt > 0:  # the other warpgroup's main loop of the previous tile has passed
                             mbarrier.wait(sync.index(2 - WG), ((nt - 1) // 2) & 1)
                         am, an = _tile_coords(t, n_ga_m, n_ga_n, GROUP)
                         off_m = am * GA_BM
@@ -1409,7 +1440,8 @@ if GLUON_IMPORTED:
                             prev2 = prev
                             prev = s
                             it += 1
-                        mbarrier.arrive(sync.index(1 + WG), count=1)  # the other warpgroup's turn
+                        if WGS == 2:
+                            mbarrier.arrive(sync.index(1 + WG), count=1)  # the other warpgroup's turn
                         if GA_TWO:
                             acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
                         else:
@@ -1439,8 +1471,8 @@ if GLUON_IMPORTED:
                     nt += 1
             else:
                 for t in range(gw_lo, n_gw, gw_step):
-                    if nt % 2 == WG:
-                        if nt > 0:
+                    if nt % WGS == WG:
+                        if WGS == 2 and nt > 0:
                             mbarrier.wait(sync.index(2 - WG), ((nt - 1) // 2) & 1)
                         wm, wn = _tile_coords(t, HID // GW_BM, n_gw_n, GROUP)
                         off_o = wm * GW_BM
@@ -1466,7 +1498,8 @@ if GLUON_IMPORTED:
                             prev2 = prev
                             prev = s
                             it += 1
-                        mbarrier.arrive(sync.index(1 + WG), count=1)
+                        if WGS == 2:
+                            mbarrier.arrive(sync.index(1 + WG), count=1)
                         acc0, acc1 = warpgroup_mma_wait(0, deps=(acc0, acc1))
                         if DEPTH == 2:
                             if gw_steps >= 2:  # the second-to-last stage is still held
@@ -1501,9 +1534,10 @@ if GLUON_IMPORTED:
                        MC_RDY: gl.constexpr):  # fmt: skip
         if LAZY:  # the loader initialises the ring's mbarriers: none is touched before it says so
             mbarrier.wait(sync.index(3), 0)
-        if PINGPONG == 1:
+        if PINGPONG == 1 or PINGPONG == 3:  # (3, solo: this warpgroup alone runs every tile of the program)
             _consumer_pp(WG, ga_out, gw_out, a_ring, b_ring, ready, empty, sync, M, S, n_ga_m, P_GA, GA_FIRST, HID,
-                         NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH)  # fmt: skip
+                         NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, 1, PP_DEPTH,
+                         2 if PINGPONG == 1 else 1)  # fmt: skip
         elif PINGPONG == 2:
             # ping-pong in the programs of a partition that run only grad_weight tiles, cooperative elsewhere (the
             # empty barriers count two arrivals: a ping-pong release gives both)
@@ -1717,22 +1751,38 @@ if GLUON_IMPORTED:
             c_ga = ga_out
             c_gw = gw_out
         # (the argument tuples are written out: a tuple held in a variable loses its constexprs)
-        gl.warp_specialize(
-            [
-                (_consumer0, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
-                              GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
-                (_consumer1, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
-                              GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                              PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
-                (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
-                                GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
-                                PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
-                                PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP, FD)),
-            ],
-            [4, 1],
-            [232, LOADER_REGS],
-        )  # fmt: skip
+        if PINGPONG == 3:  # solo: the default partition's warpgroup and the loader warp, no second consumer
+            gl.warp_specialize(
+                [
+                    (_consumer0, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                                  GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                                  PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
+                    (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M,
+                                    S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES,
+                                    GROUP, EPI_HOLD, PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF,
+                                    pf_go, pf_w, pf_x, PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY,
+                                    mc_flag, MC_EMP, FD)),
+                ],
+                [1],
+                [LOADER_REGS],
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [
+                    (_consumer0, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                                  GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                                  PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
+                    (_consumer1, (c_ga, c_gw, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                                  GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                                  PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, LAZY, DEFER, EPI_G, MC, MC_EMP, MC_RDY)),
+                    (_loader_part, (ga_out, gw_out, a_ring, b_ring, ready, empty, epi0, epi1, sync, M, S, n_ga_m, P_GA,
+                                    GA_FIRST, HID, NH, HD, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, EPI_HOLD,
+                                    PINGPONG, PP_DEPTH, HOLD_REL, NSPLIT, go_a, w_b, go_t, x_b, L2PF, pf_go, pf_w, pf_x,
+                                    PF_D, KROT, LAZY, NXPF, NX_D, SERP, FA, MC, MC_B, MC_RDY, mc_flag, MC_EMP, FD)),
+                ],
+                [4, 1],
+                [232, LOADER_REGS],
+            )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------ v30: stream-K
     @gluon.jit
@@ -2295,7 +2345,7 @@ def launch(
     """One launch of the Gluon kernel on the current stream of the inputs' device (CUDA, sm_90)."""
     device = go2.device
     index = device.index if device.index is not None else torch.cuda.current_device()
-    plan = plan_for(go2.shape[0], cfg, _sm_count(index))
+    plan = plan_for(go2.shape[0], cfg, _sm_count(index) * cfg.programs_per_sm)
     cfg = launched_config(go2.shape[0], cfg, plan)  # (plans that do not take multicast / stream_k / stagger: without)
     if cfg.multicast:
         _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
@@ -2305,6 +2355,8 @@ def launch(
     if not cfg.host_desc:
         _ensure_allocator()
     with torch.cuda.device(device):
+        if cfg.maxnreg:  # (solo: the register cap that lets two programs share an SM)
+            constexprs["maxnreg"] = cfg.maxnreg
         entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, num_warps=4)
 
 

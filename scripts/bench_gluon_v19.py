@@ -261,6 +261,11 @@ def variants() -> dict[str, tuple[int, object]]:
     # first, so that no tile boundary comes to every SM at once
     for m in (1024, 2048):
         out[f"stg_{m}"] = (m, replace(lz[m], stagger=True))
+    # v38: two programs an SM, each one consumer warpgroup running whole tiles beside its loader warp (3 stages a
+    # program, the epilogue in the tile's held last stage): one program's epilogue and boundaries beside the other's
+    # MMAs, with no barrier between them (128-row tiles: M = 512-4096)
+    for m in (512, 1024, 2048, 4096):
+        out[f"solo3_{m}"] = (m, replace(lz[min(m, 2048)], pingpong=True, solo=True, stages=3))
     return out
 
 

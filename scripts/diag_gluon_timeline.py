@@ -71,6 +71,7 @@ VARIANTS: dict[str, dict] = {
     "fd600": {"first_delay": 600},
     "fp2": {"first_prefetch": 2},  # v36: the first tile's first 2 K-steps asked of L2 at the program's entry
     "stg": {"stagger": True},  # v37: the upper half of the programs runs its grad_weight tiles first
+    "solo3": {"pingpong": True, "solo": True, "stages": 3},  # v38: two programs an SM, one warpgroup each
     "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
     "fa8": {"first_ahead": 8},
     "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start
@@ -208,7 +209,7 @@ def traced_source(src: str, diag: int = 0) -> str:
     stamp = "_trace_now()"
     src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
     # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
-    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=22)
+    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=24)
     # ... and into the loader, which stamps each tile's first fill as its loads leave (v25)
     src = _sub(src, r"^        M, n_ga_m, P_GA,\n", "        M, n_ga_m, P_GA, trace_ptr,\n")
     src = _sub(src, r"empty, M, n_ga_m, P_GA, GA_FIRST", "empty, M, n_ga_m, P_GA, trace_ptr, GA_FIRST")
@@ -221,7 +222,7 @@ def traced_source(src: str, diag: int = 0) -> str:
     )
     # cooperative: a tile starts with its first MMA wait; ping-pong: with its turn wait, then its first MMA wait
     src = _sub(src, r"^( +)acc = gl\.zeros\(\[G[AW]_WM, .*\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
-    src = _sub(src, r"^( +)if nt % 2 == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)if nt % WGS == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
     src = _sub(src, r"^( +)prev2 = 0\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
     src = _sub(
         src,
@@ -339,6 +340,8 @@ def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.T
         return
     if not cfg.host_desc:
         tm._ensure_allocator()
+    if cfg.maxnreg:  # (v38 solo: two programs an SM)
+        constexprs["maxnreg"] = cfg.maxnreg
     tm.entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)
 
 
@@ -513,7 +516,8 @@ def trace_variant(
     if cfg is None:
         print(f"| {name} | | no Gluon table entry for ({b},{s}) |", flush=True)
         return
-    real = gb.plan_for(m, cfg, programs or torch.cuda.get_device_properties(device).multi_processor_count)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    real = gb.plan_for(m, cfg, programs or sms * cfg.programs_per_sm)
     if cfg.pp_gw_only and not real.p_ga:
         print(f"| {name} | | shared schedule: no grad_weight-only programs, the same kernel as hold7 |", flush=True)
         return

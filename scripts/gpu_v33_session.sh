@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device-tool call a run for issue 21's items 33-36 (kernel/NOTES.md; GPU machine, repository root): a sweep
+# One device-tool call a run for issue 21's items 33-38 (kernel/NOTES.md; GPU machine, repository root): a sweep
 # beside the table's entries (CUPTI span, the entry timed twice, the 0.5 % margin: <tag>_sweep.log,
 # <tag>_select.json), then where the run has them the trace at M = 1024 (<tag>_trace.log) and the GPU tests of its
 # switch (<tag>_gpu_tests.log). A selection that moves a bucket is applied and confirmed by a later call
@@ -13,7 +13,8 @@
 #          M = 256-2048, trace fp2 (~300 s)
 #   e      v37: the upper half of the programs running its grad_weight tiles first (stagger) at M = 1024-2048,
 #          trace stg (~250 s)
-# Usage: bash scripts/gpu_v33_session.sh [b|c|d|e]   (logs under $OUT)
+#   f      v38: two programs an SM, one consumer warpgroup each (solo3) at M = 512-4096, trace solo3 (~350 s)
+# Usage: bash scripts/gpu_v33_session.sh [b|c|d|e|f]   (logs under $OUT)
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -34,7 +35,9 @@ case "${1:-}" in
      ONLY=$(small "fp1 fp2") ;;
   e) TAG=v37 TIMED="8,128 1,1024 16,128" TRACE=coop,stg TESTS=stagger BUDGET=150
      ONLY="lz_1024 stg_1024 lz_2048 stg_2048" ;;
-  *) echo "gpu_v33_session.sh: unknown run '$1' (b-e; none: v33's; -h says what each runs)" >&2; exit 2 ;;
+  f) TAG=v38 TIMED="4,128 8,128 16,128 4,1024" TRACE=coop,solo3 TESTS=solo BUDGET=200
+     ONLY="lz_512 solo3_512 lz_1024 solo3_1024 lz_2048 solo3_2048 w256s3_4096 solo3_4096" ;;
+  *) echo "gpu_v33_session.sh: unknown run '$1' (b-f; none: v33's; -h says what each runs)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -358,6 +358,12 @@ def test_the_epilogue_from_registers_and_the_first_tiles_prefetch_are_checked() 
         ({"stagger": True, "pingpong": True, "stages": 7}, "stagger"),  # v37: the cooperative consumers only
         ({"stagger": True, "epi_defer": 1}, "stagger"),
         ({"stagger": True, "gw_first": True}, "stagger"),
+        ({"solo": True}, "solo"),  # v38: ping-pong's consumer alone, two programs an SM
+        ({"solo": True, "pingpong": True, "stages": 4}, "solo"),
+        ({"solo": True, "pingpong": True, "stages": 3, "pp_gw_only": True}, "solo"),
+        ({"solo": True, "pingpong": True, "stages": 3, "pp_depth": 2}, "solo"),
+        ({"solo": True, "pingpong": True, "stages": 3, "host_desc": False}, "solo"),
+        ({"solo": True, "pingpong": True, "stages": 3, "ga_bm": 64}, "solo"),
     ):
         with pytest.raises(ValueError, match=word):
             gb.GluonConfig(**{"ga_bm": 128, "ga_bn": 128, "gw_bm": 128, "gw_bn": 128, "host_desc": True, **bad})
@@ -447,6 +453,39 @@ def test_stream_k_is_checked_and_falls_back_where_the_ranges_are_too_short() -> 
         assert gb.launched_config(m, sk, plan) == cfg
         assert gb.entry_kernel(gb.launched_config(m, sk, plan)) is gb.gluon_bwd_kernel_host_desc
     assert gb.entry_kernel(sk) is gb.gluon_bwd_kernel_sk
+
+
+SOLO = replace(RING, pingpong=True, solo=True, stages=3)  # v38: two programs an SM, one warpgroup each
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_solo_fits_two_programs_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v38's ``solo``: the launch plans two programs an SM and compiles with a cap of 128 registers a thread, so that
+    two programs of one consumer warpgroup and the loader's (256 threads) fit an SM's 64K registers and, with 3 stages,
+    its shared memory (each program's 1 KB reserve included); the consumer warpgroup gets its registers back from the
+    loader (setmaxnreg), with no spill and the loader's TMAs outside a waterfall loop; one warpgroup's MMAs only."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import _resource_usage, compile_for, waterfalls
+
+    assert (SOLO.pingpong_mode, SOLO.programs_per_sm, SOLO.maxnreg) == (3, 2, 128)
+    assert (RING.programs_per_sm, RING.maxnreg) == (1, None)
+    for m in (512, 1024, 2048):
+        plan, k = compile_for(m, 128, SOLO)
+        assert plan.programs > 132, (m, plan)  # planned on 264
+        ptx = k.asm["ptx"]
+        assert ".reqntid 256" in ptx and ".maxnreg 128" in ptx, m
+        usage = _resource_usage(k.asm["cubin"])  # "regs R, stack S, local L"
+        regs = int(re.search(r"regs (\d+)", usage).group(1))
+        assert 2 * 256 * regs <= 65536 and "stack 0" in usage and "local 0" in usage, (m, usage)
+        assert 2 * (k.metadata.shared + 1024) <= H200_SHARED_MAX + 1024, (m, k.metadata.shared)
+        assert waterfalls(k.asm["cubin"]) == 0, m
+        report = ptxas_report(ptx)
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report[-1500:]
+        grown = {int(r) for r in re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+);", ptx)}
+        assert max(grown) >= 200, grown  # the consumer warpgroup's, given back by the loader's
+        # one consumer warpgroup: half the MMA sites of ping-pong's two
+        pp = compile_for(m, 128, replace(SOLO, solo=False, stages=7))[1].asm["ptx"]
+        assert 2 * ptx.count("wgmma.mma_async") == pp.count("wgmma.mma_async"), m
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
@@ -882,6 +921,17 @@ def test_stagger_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon path is Hopper-only")
     _correct_and_repeatable(replace(RING, stagger=True), b, s, seed=37 * s + b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "s"), [(4, 128), (8, 128), (1, 1024), (6, 128), (2, 384), (16, 128), (4, 1024)])
+def test_solo_correct_and_repeatable_on_gpu(b: int, s: int) -> None:
+    """v38 (off in the table): two programs an SM, each one warpgroup running whole tiles with the epilogue in the
+    held stage: the harness's correctness loop and bit for bit run to run (M = 512-4096, the partitioned and shared
+    plans on 2 x 132 programs, 768 off-grid)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon path is Hopper-only")
+    _correct_and_repeatable(SOLO, b, s, seed=38 * s + b)
 
 
 _SK_SHAPES = [(8, 128), (1, 1024), (16, 128), (3, 512), (4, 1024), (3, 1024), (5, 1024), (2, 4096), (4, 128)]
