@@ -29,6 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--target", type=float, default=0.80, help="the issue's ratio to cuBLAS, printed against")
     ap.add_argument("--plan-only", action="store_true", help="print each plan's steps a program (no GPU)")
+    ap.add_argument("--watchdog-s", type=float, default=240, help="dump every thread's stack and leave after this")
     return ap.parse_args(argv)
 
 
@@ -93,6 +94,10 @@ def main() -> None:
         for m in ms:
             print(f"M={m}: {plans(m, 132)} (total {total_steps(m)} steps)")
         return
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(ARGS.watchdog_s, exit=True)  # a hang says where it is
     from ci.harness.timing import Timer, make_protocols
     from kernel.backward import attn_output_proj_backward
     from problem.reference import timing_sets, two_matmuls
@@ -108,12 +113,19 @@ def main() -> None:
     for m in ms:
         make = timing_sets(m // SEQ, SEQ, dev, seed=0)
 
-        def t(fn, with_out: bool) -> float:
+        def t(fn, with_out: bool, what: str) -> float:
+            print(f"  M={m} {what} ...", file=sys.stderr, flush=True)  # noqa: B023
+            args, kwargs = make(with_out)  # noqa: B023
+            fn(*args, **kwargs)  # compiled before the timed loop: its host-ahead sleep doubles the slowest enqueue
+            torch.cuda.synchronize()
             return statistics.median(timer.run(proto, fn, lambda: make(with_out)).samples_us)  # noqa: B023
 
-        cb = t(two_matmuls, False)
-        k = t(attn_output_proj_backward, True)
-        floors = {name: (busy, steps, t(floor_fn(busy, steps), True)) for name, (busy, steps) in plans(m, sms).items()}
+        cb = t(two_matmuls, False, "cuBLAS")
+        k = t(attn_output_proj_backward, True, "kernel")
+        floors = {
+            name: (busy, steps, t(floor_fn(busy, steps), True, f"floor {name}"))
+            for name, (busy, steps) in plans(m, sms).items()
+        }
         w, s = floors["whole"], floors["split"]
         print(
             f"| {m} | {cb:.1f} | {k:.1f} | {k / cb:.3f} | {ARGS.target * cb:.1f} | {w[2]:.1f} ({w[0]} x {w[1]}) | "
