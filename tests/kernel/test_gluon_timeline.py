@@ -221,3 +221,22 @@ def test_a_count_of_programs_below_zero_is_refused_in_one_line() -> None:
     out = run_script("scripts/diag_gluon_timeline.py", "--programs", "-1")
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     assert out.stderr.strip().splitlines()[-1] == "--programs -1: a count of programs (0: one an SM)", out.stderr
+
+
+def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/diag_floor.py (kernel/NOTES.md item 39): the floor's two plans in 128x128x64 steps. ``whole``: the
+    busiest program of the table's whole-tile plan, on its programs (at M = 1024: 128 programs of one grad_attn and
+    two grad_weight tiles, 64 steps); ``split``: the problem's steps spread evenly on every SM, rounded up (62.06 ->
+    63); both cover the problem's FLOPs (4 M 2048^2 over 2 128 128 64 a step)."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_floor
+
+    for m in (256, 512, 1024, 2048, 4096, 8192):
+        total = diag_floor.total_steps(m)
+        assert total == 4 * m * 2048**2 // (2 * 128 * 128 * 64), m
+        plans = diag_floor.plans(m, 132)
+        (busy, whole), (sms, split) = plans["whole"], plans["split"]
+        assert sms == 132 and split == -(-total // 132), (m, plans)
+        assert busy <= 132 and busy * whole >= total and whole >= split, (m, plans)
+    assert diag_floor.plans(1024, 132) == {"whole": (128, 64), "split": (132, 63)}
+    assert diag_floor.plans(512, 132)["whole"] == (128, 32)  # partitioned: 64 x one grad_attn, 64 x four grad_weight
