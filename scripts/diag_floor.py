@@ -9,8 +9,7 @@ after the flush), with no other load and no output but a sum a program. Two plan
 K-steps of the table's whole-tile plan (64 at M = 1024 on 128 SMs); ``split``, the problem's K-steps spread evenly on
 every SM (62.06 at 1024: any split of tiles at no cost). A kernel that loads its operands, keeps its tiles and writes
 its outputs can only be slower, and its clock no higher (the loop alone draws less power), so a target below the
-``split`` floor is out of reach on the GPU measured. A third figure, ``whole + io``: the whole-tile floor with a first
-load of distinct lines (~4 MB, the order of the kernel's first fill) and the last tiles' outputs written (4 MB).
+``split`` floor is out of reach on the GPU measured.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -76,22 +75,15 @@ def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
     return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
 
 
-def floor_fn(busy: int, steps: int, io: bool = False):
+def floor_fn(busy: int, steps: int):
     """The floor's launch as the timed call: ``fn(go, x, w, out=...)`` runs the MMA loop on 2 x ``busy`` warpgroup
-    programs (two an SM) of ``steps`` steps each, its operands loaded once from the iteration's grad_output (every
-    program the same 48 KB). ``io``: each program's operands from its own place in the iteration's weight (16 KB
-    apart: ~4 MB of distinct lines, the order of the kernel's first fill), and its accumulator written as bf16 into
-    grad_weight (16 KB a program: the 4 MB of the kernel's last tiles)."""
+    programs (two an SM) of ``steps`` steps each, its operands loaded once from the iteration's grad_output."""
     from diag_wgmma_ceiling import wgmma_loop  # scripts/ is on the path when this runs as a script
 
     sums = torch.empty(2 * busy, dtype=torch.float32, device="cuda")
-    kw = {"BN": 128, "A_MN": False, "DEPTH": 1, "NACC": 1, "num_warps": 4}
 
     def fn(go, x, w, out=None):
-        if io:
-            wgmma_loop[(2 * busy,)](w, sums, steps, SPREAD=8192, tile_ptr=out[1], TILE_OUT=True, **kw)
-        else:
-            wgmma_loop[(2 * busy,)](go.view(-1, HIDDEN), sums, steps, **kw)
+        wgmma_loop[(2 * busy,)](go.view(-1, HIDDEN), sums, steps, BN=128, A_MN=False, DEPTH=1, NACC=1, num_warps=4)
 
     return fn
 
@@ -116,11 +108,8 @@ def main() -> None:
     timer = Timer(dev, l2_bytes=props.L2_cache_size)
     proto = make_protocols("gpu", rounds=1, warmup=ARGS.warmup, iters=ARGS.iters)[0]
     print(f"GPU {props.name}, {sms} SMs; timing protocol {proto.name} ({proto.timer}), medians, us")
-    print(
-        "| M | cuBLAS | kernel | kernel/cuBLAS | target | floor whole (SMs x steps) | floor split | split/cuBLAS | "
-        "whole + io |"
-    )
-    print("|---:|---:|---:|---:|---:|---|---|---:|---:|")
+    print("| M | cuBLAS | kernel | kernel/cuBLAS | target | floor whole (SMs x steps) | floor split | split/cuBLAS |")
+    print("|---:|---:|---:|---:|---:|---|---|---:|")
     for m in ms:
         make = timing_sets(m // SEQ, SEQ, dev, seed=0)
 
@@ -138,10 +127,9 @@ def main() -> None:
             for name, (busy, steps) in plans(m, sms).items()
         }
         w, s = floors["whole"], floors["split"]
-        io = t(floor_fn(w[0], w[1], io=True), True, "floor whole + io")
         print(
             f"| {m} | {cb:.1f} | {k:.1f} | {k / cb:.3f} | {ARGS.target * cb:.1f} | {w[2]:.1f} ({w[0]} x {w[1]}) | "
-            f"{s[2]:.1f} ({s[0]} x {s[1]}) | {s[2] / cb:.3f} | {io:.1f} |",
+            f"{s[2]:.1f} ({s[0]} x {s[1]}) | {s[2] / cb:.3f} |",
             flush=True,
         )
 

@@ -56,22 +56,10 @@ BK = gl.constexpr(64)
 
 @gluon.jit
 def wgmma_loop(
-    src_ptr,
-    out_ptr,
-    steps,
-    BN: gl.constexpr,
-    A_MN: gl.constexpr,
-    DEPTH: gl.constexpr,
-    NACC: gl.constexpr = 1,
-    SPREAD: gl.constexpr = 0,
-    tile_ptr=None,
-    TILE_OUT: gl.constexpr = False,
+    src_ptr, out_ptr, steps, BN: gl.constexpr, A_MN: gl.constexpr, DEPTH: gl.constexpr, NACC: gl.constexpr = 1
 ):
     """``steps`` warpgroup MMAs of [64, 64] x [64, BN] from two shared slots filled with random bf16 from
-    ``src_ptr`` (the tensor cores' power, and so the clock, depends on the data); the accumulator's sum to out.
-    ``SPREAD`` (scripts/diag_floor.py): program p reads its slots' data ``p * SPREAD`` elements further on (0: every
-    program the same); ``TILE_OUT``: the accumulator also written as bf16, program p's [64, BN] block of
-    ``tile_ptr``."""
+    ``src_ptr`` (the tensor cores' power, and so the clock, depends on the data); the accumulator's sum to out."""
     lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     QN: gl.constexpr = BN // NACC  # NACC accumulators of QN columns, each step's B split between them
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 16])
@@ -84,9 +72,8 @@ def wgmma_loop(
     rows = gl.arange(0, 64, layout=gl.SliceLayout(1, blocked))
     cols = gl.arange(0, 64, layout=gl.SliceLayout(0, blocked))
     wide = gl.arange(0, BN, layout=gl.SliceLayout(0, blocked))
-    base = src_ptr + gl.program_id(0) * SPREAD
-    tile = gl.load(base + rows[:, None] * 256 + cols[None, :])
-    b_tile = gl.load(base + 64 * 256 + rows[:, None] * 256 + wide[None, :])
+    tile = gl.load(src_ptr + rows[:, None] * 256 + cols[None, :])
+    b_tile = gl.load(src_ptr + 64 * 256 + rows[:, None] * 256 + wide[None, :])
     for slot in gl.static_range(2):
         a_s.index(slot).store(tile)
         b_s.index(slot).store(b_tile)
@@ -111,10 +98,6 @@ def wgmma_loop(
         acc = acc + acc_hi
     else:
         acc = warpgroup_mma_wait(0, deps=(acc,))
-    if TILE_OUT:
-        r = gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
-        c = gl.arange(0, QN, layout=gl.SliceLayout(0, acc_layout))
-        gl.store(tile_ptr + gl.program_id(0) * (BM * QN) + r[:, None] * QN + c[None, :], acc.to(gl.bfloat16))
     total = gl.sum(gl.sum(acc, axis=1), axis=0)
     gl.store(out_ptr + gl.program_id(0), total)
 
