@@ -320,7 +320,7 @@ class GluonConfig:
             or self.multicast
             or self.stream_k
         ):
-            raise ValueError("solo: ping-pong of 128-row tiles, pp_depth 1, host descriptors, at most 3 stages a program")
+            raise ValueError("solo: ping-pong of 128-row tiles, pp_depth 1, host descriptors, at most 3 stages")
         if self.hold_release > 1 and (self.pingpong_mode == 1 or not (self.epi_hold or self.pingpong_mode == 2)):
             raise ValueError("hold_release > 1 needs the cooperative held stage (epi_hold, or pp_gw_only)")
 

@@ -21,11 +21,11 @@ DEFAULTS.update(
 )
 DEFAULTS.update({"tmap_prefetch": False, "next_prefetch": 0, "np_distance": 4, "epi_defer": 0, "serpentine": False})
 DEFAULTS.update({"epi_global": 0, "first_ahead": 0, "multicast": 0, "stream_k": False, "sk_order": "interleaved"})
-DEFAULTS.update({"epi_vec": False, "first_delay": 0, "first_prefetch": 0, "stagger": False})
+DEFAULTS.update({"epi_vec": False, "first_delay": 0, "first_prefetch": 0, "stagger": False, "solo": False})
 ORDER = ("stages", "group", "loader_regs", "bk", "schedule", "host_desc", "epi_hold", "pingpong", "pp_gw_only")
 ORDER += ("pp_depth", "hold_release", "halves", "l2_prefetch", "pf_distance", "gw_first", "k_rotate", "lazy_init")
 ORDER += ("tmap_prefetch", "next_prefetch", "np_distance", "epi_defer", "serpentine", "epi_global", "first_ahead")
-ORDER += ("multicast", "stream_k", "sk_order", "epi_vec", "first_delay", "first_prefetch", "stagger")
+ORDER += ("multicast", "stream_k", "sk_order", "epi_vec", "first_delay", "first_prefetch", "stagger", "solo")
 
 
 WIDTH = 120  # the project's line length (pyproject.toml's ruff); the table sits between "fmt: off" and "fmt: on"

@@ -119,6 +119,7 @@ def test_table_lines_are_the_selection_writers() -> None:
             128, 128, 128, 128, stages=7, host_desc=True, lazy_init=True, epi_global=1, epi_vec=True, first_delay=300
         ),
         gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True, lazy_init=True, first_prefetch=2, stagger=True),
+        gb.GluonConfig(128, 128, 128, 128, stages=3, host_desc=True, lazy_init=True, pingpong=True, solo=True),  # v38
     ):
         entry = mod.entry_line(512, asdict(cfg))  # wider than a line: continuation lines, each within the width
         assert all(len(line) <= 120 for line in entry.splitlines())
