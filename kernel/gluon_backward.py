@@ -46,7 +46,8 @@ moved within each warp by shuffles, ``_store_rows``); 1.04-1.13x slower: the sto
 the table, item 34): ``first_delay``, the loader's sleep after the ring's first stage; level. v36 (off in the table,
 item 36): ``first_prefetch``, the first tile's first K-steps asked of L2 at the program's entry; 1.03-1.21x slower.
 v37 (off in the table, item 37): ``stagger``, the upper half of the programs running its grad_weight tiles first
-(GA_FIRST 2); 1.02-1.03x slower.
+(GA_FIRST 2); 1.02-1.03x slower. v38 (off in the table, item 38): ``solo``, two programs an SM, each one consumer
+warpgroup running whole tiles (PINGPONG 3, compiled with ``maxnreg`` 128); 1.035-1.50x slower.
 
 Two entry points: ``gluon_bwd_kernel`` takes plain pointers and builds its TMA descriptors on the device (the CI's
 replay accepts its signature, but the descriptors cost ~4.5 us at the start of every program), and
