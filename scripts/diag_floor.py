@@ -9,7 +9,9 @@ after the flush), with no other load and no output but a sum a program. Two plan
 K-steps of the table's whole-tile plan (64 at M = 1024 on 128 SMs); ``split``, the problem's K-steps spread evenly on
 every SM (62.06 at 1024: any split of tiles at no cost). A kernel that loads its operands, keeps its tiles and writes
 its outputs can only be slower, and its clock no higher (the loop alone draws less power), so a target below the
-``split`` floor is out of reach on the GPU measured.
+``split`` floor is out of reach on the GPU measured. Last column: the whole floor's loop stamped in the kernel (global
+timer and SM clock at its start and end, five launches after a flush): its time a step and the SM clock it ran at,
+to set against the table's kernel's loops in the trace (``scripts/diag_gluon_timeline.py``'s MHz).
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -88,6 +90,28 @@ def floor_fn(busy: int, steps: int):
     return fn
 
 
+def loop_clock(busy: int, steps: int, sets, flush: torch.Tensor) -> tuple[float, float]:
+    """The floor's loop, stamped (``wgmma_loop``'s STAMP) in one launch per input set after a flush: (us a
+    128x128x64 step, SM MHz), medians over the programs of the launches."""
+    from diag_wgmma_ceiling import wgmma_loop
+
+    sums = torch.empty(2 * busy, dtype=torch.float32, device="cuda")
+    stamps = torch.zeros(2 * busy, 4, dtype=torch.int64, device="cuda")
+    per_step, mhz = [], []
+    for args, _ in sets:
+        flush.fill_(0x5A)
+        wgmma_loop[(2 * busy,)](
+            args[0].view(-1, HIDDEN), sums, steps, BN=128, A_MN=False, DEPTH=1, NACC=1, stamps_ptr=stamps, STAMP=True,
+            num_warps=4,
+        )  # fmt: skip
+        torch.cuda.synchronize()
+        ns = (stamps[:, 2] - stamps[:, 0]).double()
+        clocks = (stamps[:, 3] - stamps[:, 1]).double()
+        per_step.append(float(ns.median()) / 1e3 / steps)
+        mhz.append(float((clocks / ns).median()) * 1e3)
+    return statistics.median(per_step), statistics.median(mhz)
+
+
 def main() -> None:
     ms = [int(v) for v in ARGS.ms.split(",")]
     if ARGS.plan_only:
@@ -107,9 +131,13 @@ def main() -> None:
     sms = props.multi_processor_count
     timer = Timer(dev, l2_bytes=props.L2_cache_size)
     proto = make_protocols("gpu", rounds=1, warmup=ARGS.warmup, iters=ARGS.iters)[0]
+    flush = torch.empty(2 * props.L2_cache_size, dtype=torch.uint8, device=dev)  # the stamped launches' own flush
     print(f"GPU {props.name}, {sms} SMs; timing protocol {proto.name} ({proto.timer}), medians, us")
-    print("| M | cuBLAS | kernel | kernel/cuBLAS | target | floor whole (SMs x steps) | floor split | split/cuBLAS |")
-    print("|---:|---:|---:|---:|---:|---|---|---:|")
+    print(
+        "| M | cuBLAS | kernel | kernel/cuBLAS | target | floor whole (SMs x steps) | floor split | split/cuBLAS | "
+        "the whole floor's loop: us a step, SM clock |"
+    )
+    print("|---:|---:|---:|---:|---:|---|---|---:|---|")
     for m in ms:
         make = timing_sets(m // SEQ, SEQ, dev, seed=0)
 
@@ -127,9 +155,10 @@ def main() -> None:
             for name, (busy, steps) in plans(m, sms).items()
         }
         w, s = floors["whole"], floors["split"]
+        step, mhz = loop_clock(w[0], w[1], [make(True) for _ in range(5)], flush)
         print(
             f"| {m} | {cb:.1f} | {k:.1f} | {k / cb:.3f} | {ARGS.target * cb:.1f} | {w[2]:.1f} ({w[0]} x {w[1]}) | "
-            f"{s[2]:.1f} ({s[0]} x {s[1]}) | {s[2] / cb:.3f} |",
+            f"{s[2]:.1f} ({s[0]} x {s[1]}) | {s[2] / cb:.3f} | {step:.3f} at {mhz:.0f} MHz |",
             flush=True,
         )
 

@@ -55,11 +55,31 @@ BK = gl.constexpr(64)
 
 
 @gluon.jit
+def _now():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _clock():
+    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
 def wgmma_loop(
-    src_ptr, out_ptr, steps, BN: gl.constexpr, A_MN: gl.constexpr, DEPTH: gl.constexpr, NACC: gl.constexpr = 1
+    src_ptr,
+    out_ptr,
+    steps,
+    BN: gl.constexpr,
+    A_MN: gl.constexpr,
+    DEPTH: gl.constexpr,
+    NACC: gl.constexpr = 1,
+    stamps_ptr=None,
+    STAMP: gl.constexpr = False,
 ):
     """``steps`` warpgroup MMAs of [64, 64] x [64, BN] from two shared slots filled with random bf16 from
-    ``src_ptr`` (the tensor cores' power, and so the clock, depends on the data); the accumulator's sum to out."""
+    ``src_ptr`` (the tensor cores' power, and so the clock, depends on the data); the accumulator's sum to out.
+    ``STAMP`` (scripts/diag_floor.py): the global timer and the SM's clock at the loop's start and end, four int64 a
+    program into ``stamps_ptr``: the loop's clock rate."""
     lay: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     QN: gl.constexpr = BN // NACC  # NACC accumulators of QN columns, each step's B split between them
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 16])
@@ -78,6 +98,9 @@ def wgmma_loop(
         a_s.index(slot).store(tile)
         b_s.index(slot).store(b_tile)
     fence_async_shared()
+    if STAMP:
+        t0 = _now()
+        c0 = _clock()
     acc = gl.zeros([BM, QN], gl.float32, acc_layout)
     acc_hi = gl.zeros([BM, QN], gl.float32, acc_layout)
     for i in range(steps):
@@ -98,6 +121,14 @@ def wgmma_loop(
         acc = acc + acc_hi
     else:
         acc = warpgroup_mma_wait(0, deps=(acc,))
+    if STAMP:
+        t1 = _now()
+        c1 = _clock()
+        stamps = stamps_ptr + gl.program_id(0) * 4
+        gl.store(stamps, t0)
+        gl.store(stamps + 1, c0)
+        gl.store(stamps + 2, t1)
+        gl.store(stamps + 3, c1)
     total = gl.sum(gl.sum(acc, axis=1), axis=0)
     gl.store(out_ptr + gl.program_id(0), total)
 

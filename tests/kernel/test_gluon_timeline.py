@@ -240,3 +240,22 @@ def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypat
         assert busy <= 132 and busy * whole >= total and whole >= split, (m, plans)
     assert diag_floor.plans(1024, 132) == {"whole": (128, 64), "split": (132, 63)}
     assert diag_floor.plans(512, 132)["whole"] == (128, 32)  # partitioned: 64 x one grad_attn, 64 x four grad_weight
+
+
+def test_the_floors_loop_stamps_its_start_and_end_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """diag_floor's clock of the floor's loop (``wgmma_loop``'s STAMP): the global timer and the SM clock read once at
+    the loop's start and once at its end, into four int64 a program; the ceiling's loops (STAMP off) read neither."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    from diag_gluon import compile_sm90
+    from diag_wgmma_ceiling import wgmma_loop
+
+    src = torch.empty(2048, 2048, dtype=torch.bfloat16)
+    sums, stamps = torch.empty(264, dtype=torch.float32), torch.empty(264, 4, dtype=torch.int64)
+    kw = {"BN": 128, "A_MN": False, "DEPTH": 1, "NACC": 1, "num_warps": 4}
+    on = compile_sm90(wgmma_loop, (src, sums, 16), dict(kw, stamps_ptr=stamps, STAMP=True)).asm["ptx"]
+    off = compile_sm90(wgmma_loop, (src, sums, 16), kw).asm["ptx"]
+    assert (on.count("%globaltimer"), on.count("%clock64")) == (2, 2)
+    assert (off.count("%globaltimer"), off.count("%clock64")) == (0, 0)
+    assert on.count("wgmma.mma_async") == off.count("wgmma.mma_async") == 4
