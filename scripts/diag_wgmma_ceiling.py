@@ -55,13 +55,16 @@ BK = gl.constexpr(64)
 
 
 @gluon.jit
-def _now():
-    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _clock():
-    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+def _stamp():
+    """(global timer ns, SM clock), read together."""
+    return gl.inline_asm_elementwise(
+        "mov.u64 $0, %globaltimer; mov.u64 $1, %clock64;",
+        "=l,=l",
+        [],
+        dtype=(gl.int64, gl.int64),
+        is_pure=False,
+        pack=1,
+    )
 
 
 @gluon.jit
@@ -99,8 +102,7 @@ def wgmma_loop(
         b_s.index(slot).store(b_tile)
     fence_async_shared()
     if STAMP:
-        t0 = _now()
-        c0 = _clock()
+        t0, c0 = _stamp()
     acc = gl.zeros([BM, QN], gl.float32, acc_layout)
     acc_hi = gl.zeros([BM, QN], gl.float32, acc_layout)
     for i in range(steps):
@@ -122,8 +124,7 @@ def wgmma_loop(
     else:
         acc = warpgroup_mma_wait(0, deps=(acc,))
     if STAMP:
-        t1 = _now()
-        c1 = _clock()
+        t1, c1 = _stamp()
         stamps = stamps_ptr + gl.program_id(0) * 4
         gl.store(stamps, t0)
         gl.store(stamps + 1, c0)
@@ -134,17 +135,23 @@ def wgmma_loop(
 
 
 def compile_only() -> None:
-    """Every variant compiled for sm_90 without a GPU: shared memory, the wgmma count of the PTX, registers and
-    spills (``local``)."""
+    """Every variant compiled for sm_90 without a GPU: shared memory, the wgmma count of the PTX, the clock stamps'
+    reads, registers and spills (``local``); and ``n128x2_stamp``, the floor's stamped loop (scripts/diag_floor.py)."""
     from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
 
     out = torch.empty(264, dtype=torch.float32)
     src = torch.empty(128, 256, dtype=torch.bfloat16)
-    for name, (bn, a_mn, _, depth, nacc) in VARIANTS.items():
-        kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "NACC": nacc, "num_warps": 4}
+    stamps = torch.empty(264, 4, dtype=torch.int64)
+    runs = [(name, *v, {}) for name, v in VARIANTS.items()]
+    runs.append(("n128x2_stamp", *VARIANTS["n128x2"], {"stamps_ptr": stamps, "STAMP": True}))
+    for name, bn, a_mn, _, depth, nacc, extra in runs:
+        kwargs = {"BN": bn, "A_MN": a_mn, "DEPTH": depth, "NACC": nacc, "num_warps": 4, **extra}
         k = compile_sm90(wgmma_loop, (src, out, 16), kwargs)
-        wgmma = k.asm["ptx"].count("wgmma.mma_async")
-        print(f"{name:11s} shared {k.metadata.shared:6d} B, wgmma in PTX {wgmma}, {_resource_usage(k.asm['cubin'])}")
+        ptx = k.asm["ptx"]
+        print(
+            f"{name:11s} shared {k.metadata.shared:6d} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, globaltimer "
+            f"{ptx.count('%globaltimer')}, clock64 {ptx.count('%clock64')}, {_resource_usage(k.asm['cubin'])}"
+        )
 
 
 def sm_clock_mhz() -> float | None:
