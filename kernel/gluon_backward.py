@@ -2194,6 +2194,8 @@ def launch_arguments(
         constexprs["FD"] = cfg.first_delay
     if cfg.first_prefetch:
         constexprs["FPF"] = cfg.first_prefetch
+    if cfg.maxnreg:  # a compile option, taken among the launch's keyword arguments (solo: two programs an SM)
+        constexprs["maxnreg"] = cfg.maxnreg
     if cfg.multicast:
         if not pairs_programs(plan):
             raise ValueError(f"multicast: pairs of programs on tiles of one column block; not this plan: {plan}")
@@ -2331,6 +2333,9 @@ def _sm_count(device_index: int) -> int:
 
 
 def plan_for(m: int, cfg: GluonConfig, programs: int) -> Plan:
+    """The plan of a launch at M rows on ``programs`` program slots, one an SM (``solo``: two a slot, so the plan
+    is made for ``programs_per_sm`` times as many)."""
+    programs *= cfg.programs_per_sm
     plan = plan_schedule(m, cfg.kernel_config(), programs)
     if stream_k_kind(m, cfg, programs):  # SK: every program of the SMs, untrimmed (each runs its share of steps)
         return replace(plan, programs=programs)
@@ -2346,7 +2351,7 @@ def launch(
     """One launch of the Gluon kernel on the current stream of the inputs' device (CUDA, sm_90)."""
     device = go2.device
     index = device.index if device.index is not None else torch.cuda.current_device()
-    plan = plan_for(go2.shape[0], cfg, _sm_count(index) * cfg.programs_per_sm)
+    plan = plan_for(go2.shape[0], cfg, _sm_count(index))
     cfg = launched_config(go2.shape[0], cfg, plan)  # (plans that do not take multicast / stream_k / stagger: without)
     if cfg.multicast:
         _launch_multicast(go2, w2, x2, gw, ga, s, cfg, plan, device, index)
@@ -2356,8 +2361,6 @@ def launch(
     if not cfg.host_desc:
         _ensure_allocator()
     with torch.cuda.device(device):
-        if cfg.maxnreg:  # (solo: the register cap that lets two programs share an SM)
-            constexprs["maxnreg"] = cfg.maxnreg
         entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, num_warps=4)
 
 

@@ -121,6 +121,10 @@ def main() -> None:
     import faulthandler
     import sys
 
+    if not torch.cuda.is_available():
+        print("diag_floor: no CUDA device here (--plan-only runs without one)", file=sys.stderr)
+        sys.exit(2)
+
     faulthandler.dump_traceback_later(ARGS.watchdog_s, exit=True)  # a hang says where it is
     from ci.harness.timing import Timer, make_protocols
     from kernel.backward import attn_output_proj_backward

@@ -51,11 +51,9 @@ def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module
     """Compile ``module``'s Gluon kernel (kernel/gluon_backward.py by default; scripts/diag_gluon_timeline.py passes
     its traced copy, with ``extra`` arguments) for sm_90 with the launcher's own arguments for M rows of seq_len
     ``s``."""
-    plan = module.plan_for(m, cfg, programs * cfg.programs_per_sm)
+    plan = module.plan_for(m, cfg, programs)
     cfg = module.launched_config(m, cfg, plan)  # what the launch would run (multicast / stream_k where they apply)
     args, kwargs = module.launch_arguments(*launch_tensors(m, s), s, cfg, plan)
-    if cfg.maxnreg:  # (solo: two programs an SM)
-        kwargs = dict(kwargs, maxnreg=cfg.maxnreg)
     fn = module.entry_kernel(cfg)
     if cfg.multicast:  # compiled twice: the second time with the shared-memory offsets the first one has
         kernel, _ = module.compile_multicast(

@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kinds", default="ga,gw", help="ga, gw (each alone, the other zeroed), both (the real plan)")
     ap.add_argument("--reps", type=int, default=5, help="traced launches per (M, variant, kind)")
     ap.add_argument("--warm", action="store_true", help="no L2 flush before the launches (default: flushed)")
-    ap.add_argument("--programs", type=int, default=0, help="plan for this many programs (default: one an SM)")
+    ap.add_argument("--programs", type=int, default=0, help="slots to plan for (default: the SMs; solo: 2 a slot)")
     ap.add_argument("--save", help="write the tile records here (torch.save; its 'fields' name the columns)")
     ap.add_argument("--compile-only", nargs="*", type=int, metavar="M", help="compile for sm_90 here, no GPU")
     return ap.parse_args(argv)
@@ -340,8 +340,6 @@ def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.T
         return
     if not cfg.host_desc:
         tm._ensure_allocator()
-    if cfg.maxnreg:  # (v38 solo: two programs an SM)
-        constexprs["maxnreg"] = cfg.maxnreg
     tm.entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)
 
 
@@ -516,8 +514,7 @@ def trace_variant(
     if cfg is None:
         print(f"| {name} | | no Gluon table entry for ({b},{s}) |", flush=True)
         return
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    real = gb.plan_for(m, cfg, programs or sms * cfg.programs_per_sm)
+    real = gb.plan_for(m, cfg, programs or torch.cuda.get_device_properties(device).multi_processor_count)
     if cfg.pp_gw_only and not real.p_ga:
         print(f"| {name} | | shared schedule: no grad_weight-only programs, the same kernel as hold7 |", flush=True)
         return

@@ -466,10 +466,15 @@ def test_solo_fits_two_programs_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
     its shared memory (each program's 1 KB reserve included); the consumer warpgroup gets its registers back from the
     loader (setmaxnreg), with no spill and the loader's TMAs outside a waterfall loop; one warpgroup's MMAs only."""
     monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
-    from diag_gluon import _resource_usage, compile_for, waterfalls
+    from diag_gluon import _resource_usage, compile_for, launch_tensors, waterfalls
 
     assert (SOLO.pingpong_mode, SOLO.programs_per_sm, SOLO.maxnreg) == (3, 2, 128)
     assert (RING.programs_per_sm, RING.maxnreg) == (1, None)
+    # one place each: plan_for plans two programs a slot, launch_arguments hands the launch its register cap
+    assert gb.plan_for(1024, SOLO, 132).programs == 256 and gb.plan_for(1024, RING, 132).programs == 128
+    for cfg, cap in ((SOLO, 128), (RING, None)):
+        plan = gb.plan_for(1024, cfg, 132)
+        assert gb.launch_arguments(*launch_tensors(1024, 128), 128, cfg, plan)[1].get("maxnreg") == cap
     for m in (512, 1024, 2048):
         plan, k = compile_for(m, 128, SOLO)
         assert plan.programs > 132, (m, plan)  # planned on 264

@@ -246,3 +246,15 @@ def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypat
         assert busy <= 132 and busy * whole >= total and whole >= split, (m, plans)
     assert diag_floor.plans(1024, 132) == {"whole": (128, 64), "split": (132, 63)}
     assert diag_floor.plans(512, 132)["whole"] == (128, 32)  # partitioned: 64 x one grad_attn, 64 x four grad_weight
+
+
+def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
+    """scripts/diag_floor.py on a machine without a CUDA device: one line saying so (and what runs without one),
+    exit 2, no traceback."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the script would measure")
+    out = run_script("scripts/diag_floor.py", "--ms", "1024")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == ["diag_floor: no CUDA device here (--plan-only runs without one)"]
