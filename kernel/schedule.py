@@ -20,7 +20,7 @@ that would have idled at the end no longer compete for L2 bandwidth meanwhile.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kernel.configs import WARP_SPECIALIZE, KernelConfig
 from problem.workload import HEAD_DIM, HIDDEN
@@ -121,13 +121,3 @@ def plan_schedule(m: int, cfg: KernelConfig, programs: int) -> Plan:
     if cfg.schedule == "partitioned" or part_best.makespan < shared * (1 - _PARTITION_MARGIN):
         return part_best
     return best
-
-
-def with_first(plan: Plan, m: int, cfg: KernelConfig, ga_first: bool) -> Plan:
-    """A shared schedule with the given kind of tile first (the Gluon kernel's ``gw_first``; its modelled makespan
-    recomputed on the same programs). ValueError for a partitioned plan: its programs run one kind each."""
-    if plan.p_ga:
-        raise ValueError("with_first: a partitioned plan has no order of kinds")
-    c_ga, c_gw = _kind_costs(m, cfg)
-    span = _ordered_makespan(ga_first, plan.n_ga, c_ga, plan.n_gw, c_gw, plan.programs)
-    return replace(plan, ga_first=ga_first, makespan=span)

@@ -45,10 +45,9 @@ from problem.workload import HEAD_DIM, NUM_HEADS  # noqa: E402
 
 BASE = {m: cfg for m, (cfg, _) in gb.GLUON_TABLE.items()}
 VARIANTS: dict[str, tuple[int, gb.GluonConfig]] = {f"g{m}": (m, cfg) for m, cfg in BASE.items()}
-VARIANTS.update({f"g{m}_dev": (m, replace(cfg, host_desc=False)) for m, cfg in BASE.items()})
 VARIANTS.update(
     {
-        "g256_gw256s3": (256, replace(BASE[256], gw_bn=256, stages=3)),
+        "g256_gw256s3": (256, replace(BASE[256], gw_bn=256, stages=3, pingpong=False)),
         "g1024_256s3": (1024, replace(BASE[1024], ga_bn=256, gw_bn=256, stages=3)),
         "g2048_256s3": (2048, replace(BASE[2048], ga_bn=256, gw_bn=256, stages=3)),
     }

@@ -1,8 +1,9 @@
-"""On the H200 (issue 21, v19, v20): the epilogue-in-a-held-stage and ping-pong variants of the Gluon kernel beside
-v18, the tile-language kernel (v17) and the two cuBLAS matmuls, in one process, one table.
+"""On the H200 (issue 21, since v19): variants of the Gluon kernel (``variants``: ping-pong against the cooperative
+ring, ring depths, 128x256 tiles, tile-order groups, lazy against eager mbarrier inits) beside the table's entries,
+the tile-language kernel (v17) and the two cuBLAS matmuls, in one process, one table.
 
 Usage (GPU host, repository root): PYTHONPATH=. python scripts/bench_gluon_v19.py [--out DIR] [--budget-s 330]
-       [--only NAME ...] [--timed B,S ...] [--list]   (v20's session: scripts/gpu_v20_session.sh)
+       [--only NAME ...] [--timed B,S ...] [--list] [--select FILE] [--table-changed FILE]
 
 1. every (variant, shape) is first run in worker processes (spawned, several at once on the one GPU): that compiles
    it into Triton's on-disk cache, and each worker then runs the harness's correctness loop
@@ -13,8 +14,9 @@ Usage (GPU host, repository root): PYTHONPATH=. python scripts/bench_gluon_v19.p
    the main process once the workers are gone: per shape the two cuBLAS matmuls, the tile-language kernel with its
    table's config, each bucket's baseline (``baseline``: the table's Gluon entry), each correct variant, the
    baseline again (the drift within the run);
-3. a summary: per M bucket the fastest correct variant and, over the 16 cases, the geometric mean of v18 and of the
-   per-bucket best, each against cuBLAS.
+3. a summary: per M bucket the fastest correct variant and, over the 16 cases, the geometric mean of today's
+   entries (the baselines; "v18" in the table's header) and of the per-bucket best, each against cuBLAS; with
+   ``--select``, the selection that scripts/apply_gluon_selection.py writes into GLUON_TABLE.
 """
 
 from __future__ import annotations
@@ -68,204 +70,55 @@ LO = {256: 0, 512: 256, 1024: 512, 2048: 1024, 4096: 2048, 8192: 4096}
 
 
 def variants() -> dict[str, tuple[int, object]]:
+    """Name -> (M bucket, GluonConfig): each bucket's baseline (the table's entry) and the variants the kernel still
+    runs beside it. The variants of the schedules measured and dropped since v19 (held stages, prefetches, K-steps of
+    32, the two-pass, deferred and register epilogues, multicast, stream-K, two programs an SM, ...) went with their
+    switches (kernel/NOTES.md says what each measured)."""
     from kernel import gluon_backward as gb
 
-    # v18's entries (the table before v19), the baseline of every bucket
-    v18_small = gb.GluonConfig(64, 128, 128, 128, stages=6, host_desc=True)
-    v18 = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True)
+    # v18's entries (the table before v19): cooperative, 6 stages of 128x128 blocks, every ring mbarrier initialised
+    # before the partitions start
+    v18_small = gb.GluonConfig(64, 128, 128, 128, stages=6)
+    v18 = gb.GluonConfig(128, 128, 128, 128, stages=6)
     base = {256: v18_small, 512: v18, 1024: v18, 2048: v18}
-    big = gb.GluonConfig(128, 128, 128, 128, stages=6, host_desc=True)
+    # v21 (item 22): 128x256 tiles of both kinds (a quarter less L2 traffic per MMA than 128x128; the same wgmma
+    # ceiling, docs/h200/wgmma_ceiling.log) with the 3 stages that fit beside their epilogue buffers
+    w256 = replace(v18, ga_bn=256, gw_bn=256, stages=3)
     out: dict[str, tuple[int, object]] = {}
+    # v19: ping-pong (each warpgroup runs whole tiles in turn, its epilogue in the tile's last ring stage) at 6 and 7
+    # stages beside v18's cooperative ring, at every bucket up to 2048 and with 128x128 tiles above
     for m, cfg in base.items():
         out[f"v18_{m}"] = (m, cfg)
-        out[f"hold7_{m}"] = (m, replace(cfg, epi_hold=True, stages=7))
         out[f"pp6_{m}"] = (m, replace(cfg, pingpong=True, stages=6))
         out[f"pp7_{m}"] = (m, replace(cfg, pingpong=True, stages=7))
     out["pp7g8_1024"] = (1024, replace(base[1024], pingpong=True, stages=7, group=8))
     out["pp7g8_2048"] = (2048, replace(base[2048], pingpong=True, stages=7, group=8))
     out["pp7ga128_256"] = (256, replace(base[256], ga_bm=128, pingpong=True, stages=7))
     for m in (4096, 8192):
-        out[f"hold7_{m}"] = (m, replace(big, epi_hold=True, stages=7))
-        out[f"pp7_{m}"] = (m, replace(big, pingpong=True, stages=7))
-    # run b: ping-pong only in the grad_weight programs of a partition (M <= 512), two stages of MMAs in flight
-    for m in (256, 512):
-        out[f"hyb7_{m}"] = (m, replace(base[m], pingpong=True, pp_gw_only=True, stages=7))
-    for m in base:
-        out[f"pp7d2_{m}"] = (m, replace(base[m], pingpong=True, stages=7, pp_depth=2))
-    # v20: the cooperative held stage (hold7) released at the next tile's step 2 or 3 instead of after its first
-    # MMA, so the wait_group.read before the release finds the TMA stores done (kernel/NOTES.md, item 21)
-    for m in (512, 1024, 2048):
-        for r in (2, 3):
-            out[f"hold7r{r}_{m}"] = (m, replace(base[m], epi_hold=True, stages=7, hold_release=r))
-    # checked, not timed: M = 64-192 have grad_weight tiles of 1-3 steps, shorter than the release step
-    out["hold7r3_256"] = (256, replace(base[256], epi_hold=True, stages=7, hold_release=3))
-    # item 22: 128x256 tiles (a quarter less L2 traffic per MMA than 128x128; the same wgmma ceiling, 0.301 against
-    # 0.303 us a 128x128x64 step, docs/h200/wgmma_ceiling.log) with the 3 stages that fit beside their epilogue
-    # buffers, against the cooperative 128x128 kernel (6 stages) and, at M >= 4096, the tile-language kernel
+        out[f"pp7_{m}"] = (m, replace(v18, pingpong=True, stages=7))
+    # item 22: the 128x256 tiles against the cooperative 128x128 ring (at M >= 4096 also against the tile-language
+    # kernel), and 128x256 grad_weight tiles beside 128x128 grad_attn ones (v24 run b at M = 512-2048)
     for m in (1024, 2048, 4096, 8192):
-        out[f"w256s3_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3))
+        out[f"w256s3_{m}"] = (m, w256)
     for m in (4096, 8192):
-        out[f"coop_{m}"] = (m, big)
-        out[f"gw256s3_{m}"] = (m, replace(big, gw_bn=256, stages=3))
-    # item 22, next 1 (v22): 128x256 tiles with a 4th stage, their epilogue in two passes through a 64x128 buffer a
-    # warpgroup (GluonConfig.halves: two 128-column accumulators a warpgroup)
-    for m in (1024, 2048, 4096, 8192):
-        out[f"w256s4h_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=4, halves=True))
+        out[f"coop_{m}"] = (m, v18)
+        out[f"gw256s3_{m}"] = (m, replace(v18, gw_bn=256, stages=3))
+    for m in (512, 1024, 2048):
+        out[f"gw256s3_{m}"] = (m, replace(base[m], gw_bn=256, stages=3))
     # item 22, run b: the tile order (GROUP row blocks share column blocks in flight) where the loops pull from L2
     for m in (4096, 8192):
         for g in (2, 8, 16):
-            out[f"w256s3g{g}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, group=g))
+            out[f"w256s3g{g}_{m}"] = (m, replace(w256, group=g))
     for m in (1024, 2048):
         for g in (8, 16):
             out[f"v18g{g}_{m}"] = (m, replace(base[m], group=g))
-    # v23: L2 prefetch (GluonConfig.l2_prefetch bit flags: 1 grad_output whole at the start, 2 weight and reshaped
-    # whole at the start, 4 each grad_attn tile's grad_output rows as the tile starts), on each bucket's table entry
-    for flags in (1, 3):
-        out[f"pp7pf{flags}_256"] = (256, replace(base[256], pingpong=True, stages=7, l2_prefetch=flags))
-    for m in (512, 1024, 2048):
-        for flags in (1, 3, 4, 5):
-            out[f"pf{flags}_{m}"] = (m, replace(base[m], l2_prefetch=flags))
-    for m in (4096, 8192):
-        for flags in (1, 4, 5):
-            out[f"w256s3pf{flags}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, l2_prefetch=flags))
-    # v23, run b: the grad_weight tiles first where the plan shares programs (M = 1024-2048: the grad_attn loop runs
-    # 0.34-0.36 us a step there against 0.30-0.31 for grad_weight's, when it goes first and reads from DRAM)
-    for m in (1024, 2048):
-        out[f"gwf_{m}"] = (m, replace(base[m], gw_first=True))
-    out["w256s3gwf_2048"] = (2048, replace(big, ga_bn=256, gw_bn=256, stages=3, schedule="shared", gw_first=True))
-    # v23, run c: in each program's first tile, its share of the K-step pf_distance steps ahead of its loads asked of
-    # L2 (run b's trace: whichever kind of tile runs first loops at 0.33-0.36 us a step, the second at 0.31)
-    out["pp7pfa6_256"] = (256, replace(base[256], pingpong=True, stages=7, l2_prefetch=8))
-    for m in (512, 1024, 2048):
-        for d in (4, 8):
-            out[f"pfa{d}_{m}"] = (m, replace(base[m], l2_prefetch=8, pf_distance=d))
-    out["gwfpfa6_1024"] = (1024, replace(base[1024], gw_first=True, l2_prefetch=8))
-    for m in (4096, 8192):
-        for d in (3, 6):
-            out[f"w256s3pfa{d}_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, l2_prefetch=8, pf_distance=d))
-    # v24 (kernel/NOTES.md item 25): the first pass out of lockstep (each program's K-steps from its own offset,
-    # k_rotate steps a program), and K-steps of 32 with twice the stages in the same bytes (a stage back to the
-    # loader half as many bytes after its MMA)
-    out["pp7kr1_256"] = (256, replace(base[256], pingpong=True, stages=7, k_rotate=1))
-    for m in (512, 1024, 2048):
-        for r in (1, 8):
-            out[f"kr{r}_{m}"] = (m, replace(base[m], k_rotate=r))
-        out[f"bk32_{m}"] = (m, replace(base[m], bk=32, stages=12))
-    out["bk32kr1_1024"] = (1024, replace(base[1024], bk=32, stages=12, k_rotate=1))
-    for m in (4096, 8192):
-        out[f"w256s3kr1_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, k_rotate=1))
-    # v24, run b: 128x256 grad_weight tiles beside 128x128 grad_attn ones at M = 512-2048 (half the grad_weight
-    # tiles: two handoffs fewer a program at M = 512, one at 1024), 3 stages, or 4 with the two-pass epilogue
-    for m in (512, 1024, 2048):
-        out[f"gw256s3_{m}"] = (m, replace(base[m], gw_bn=256, stages=3))
-        out[f"gw256s4h_{m}"] = (m, replace(base[m], gw_bn=256, stages=4, halves=True))
     # v24, run e: each ring stage's mbarriers initialised by the loader as it first fills the stage (the first load
     # leaves ~0.3 us earlier: item 25's trace has 0.45 us of inits before the partitions start), on every entry
     out["pp7lz_256"] = (256, replace(base[256], pingpong=True, stages=7, lazy_init=True))
     for m in (512, 1024, 2048):
         out[f"lz_{m}"] = (m, replace(base[m], lazy_init=True))
     for m in (4096, 8192):
-        out[f"w256s3lz_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, lazy_init=True))
-    # v24, run f: on the table's entries (lazy_init), reshaped asked of L2 whole during the first grad_attn tile's
-    # K-step d (l2_prefetch 16), so that the switch to grad_weight tiles and those tiles find it there
-    for m in (1024, 2048):
-        for d in (2, 8):
-            out[f"lzpfx{d}_{m}"] = (m, replace(base[m], lazy_init=True, l2_prefetch=16, pf_distance=d))
-    # v25 (kernel/NOTES.md item 26): on the table's entries, every TMA descriptor prefetched into the TMA unit's cache
-    # at the program's entry (``tp``), and with it the next tile's first n K-steps asked of L2 by tensor prefetches d
-    # steps before the loader ends a tile (``np{n}d{d}``); bk 32 and the held-stage epilogue again, now beside the
-    # lazy init (item 25's Next 2)
-    lz = {m: replace(base[m], lazy_init=True) for m in base}
-    lz[256] = replace(lz[256], pingpong=True, stages=7)
-    w256 = replace(big, ga_bn=256, gw_bn=256, stages=3)
-    out["pp7lztp_256"] = (256, replace(lz[256], tmap_prefetch=True))
-    out["pp7lztpnp2d4_256"] = (256, replace(lz[256], tmap_prefetch=True, next_prefetch=2, np_distance=4))
-    for m in (512, 1024, 2048):
-        out[f"lztp_{m}"] = (m, replace(lz[m], tmap_prefetch=True))
-        for n, d in ((2, 4), (3, 8)):
-            out[f"lztpnp{n}d{d}_{m}"] = (m, replace(lz[m], tmap_prefetch=True, next_prefetch=n, np_distance=d))
-        out[f"bk32lztp_{m}"] = (m, replace(lz[m], bk=32, stages=12, tmap_prefetch=True))
-        out[f"hold7lztp_{m}"] = (m, replace(lz[m], epi_hold=True, stages=7, tmap_prefetch=True))
-    # v26: the epilogue deferred beside the next tile's first MMA (epi_defer), alone and with run a's prefetches
-    for m in (512, 1024, 2048):
-        out[f"dfr_{m}"] = (m, replace(lz[m], epi_defer=1))
-        out[f"dfrtpnp2_{m}"] = (m, replace(lz[m], epi_defer=1, tmap_prefetch=True, next_prefetch=2, np_distance=4))
-        out[f"dfs_{m}"] = (m, replace(lz[m], epi_defer=2))  # v26 run c: only the TMA stores deferred
-        out[f"srp_{m}"] = (m, replace(lz[m], serpentine=True))  # v26 run d: every other tile walked backwards
-        out[f"srptp_{m}"] = (m, replace(lz[m], serpentine=True, tmap_prefetch=True))
-    out["pp7lzsrp_256"] = (256, replace(lz[256], serpentine=True))
-    for m in (4096, 8192):
-        out[f"w256s3srp_{m}"] = (m, replace(w256, serpentine=True))
-    # v27: the cooperative epilogue stored from registers (epi_global: no shared buffers, so a 7th stage fits), at
-    # the tile's end (eg1) or beside the next tile's first MMA (eg2), at the table's depth and with the 7th stage
-    for m in (512, 1024, 2048):
-        for mode in (1, 2):
-            for st in (6, 7):
-                out[f"eg{mode}s{st}_{m}"] = (m, replace(lz[m], epi_global=mode, stages=st))
-    # v28: the first tile's K-steps asked of L2 d steps ahead of the loader (first_ahead), on every bucket's entry
-    for d in (2, 4, 8):
-        out[f"pp7lzfa{d}_256"] = (256, replace(lz[256], first_ahead=d))
-        for m in (512, 1024, 2048):
-            out[f"fa{d}_{m}"] = (m, replace(lz[m], first_ahead=d))
-        for m in (4096, 8192):
-            out[f"w256s3fa{d}_{m}"] = (m, replace(w256, first_ahead=d))
-    for m in (4096, 8192):
-        out[f"w256s3tp_{m}"] = (m, replace(w256, tmap_prefetch=True))
-        out[f"w256s3tpnp1d2_{m}"] = (m, replace(w256, tmap_prefetch=True, next_prefetch=1, np_distance=2))
-    # v29: 2-CTA clusters sharing each K-step's B block by multicast TMA (24 KB a step an SM from L2 instead of 32),
-    # on the 128x128 ring with eager inits (v18's entries, coop at M >= 4096: what it is measured beside)
-    for m in (512, 1024, 2048):
-        out[f"mc_{m}"] = (m, replace(base[m], multicast=1))
-        out[f"mcl_{m}"] = (m, replace(base[m], multicast=2))  # run c: the pair's coupled rings, every load local
-        out[f"mcs_{m}"] = (m, replace(base[m], multicast=3))  # run d: the loader's empty waits spinning (test_wait)
-        out[f"mcss_{m}"] = (m, replace(base[m], multicast=4))  # and the consumers' full waits
-    for m in (4096, 8192):
-        out[f"mc_{m}"] = (m, replace(big, multicast=1))
-    # v30: stream-K on 132 programs, beside the table's entries (lz_: 128x128, lazy inits; w256s3_: 128x256)
-    for m in (512, 1024, 2048):  # (at M <= 512 the ranges are too short: the entry itself runs)
-        out[f"sk_{m}"] = (m, replace(base[m], lazy_init=True, stream_k=True))
-        out[f"ske_{m}"] = (m, replace(base[m], stream_k=True))  # eager inits
-    for m in (4096, 8192):
-        out[f"sk_{m}"] = (m, replace(big, ga_bn=256, gw_bn=256, stages=3, stream_k=True))
-    # v31: 128x256 tiles of both kinds with K-steps of 32 (a 24 KB stage: twice v21's stages in the same bytes, a
-    # stage back to the loader after half the bytes), lazy inits: 6 stages beside the two 32 KB epilogue buffers, or
-    # 8 with the two-pass epilogue (halves); at M = 1024 one tile a grad_attn program, two a grad_weight one
-    w256b32 = replace(w256, bk=32, lazy_init=True)
-    for m in (1024, 2048, 4096, 8192):
-        out[f"w256b32s6_{m}"] = (m, replace(w256b32, stages=6))
-        out[f"w256b32s8h_{m}"] = (m, replace(w256b32, stages=8, halves=True))
-        # v32: v31's 6 stages with the finished tile's epilogue beside the next tile's first MMA (epi_defer 1, v26's
-        # for 128x128 tiles), off the boundary of the programs that run two or more tiles
-        out[f"w256b32s6d_{m}"] = (m, replace(w256b32, stages=6, epi_defer=1))
-    # v33: v27's epilogue from registers with its stores in 16-byte rows of whole 128-byte lines (epi_vec: the pairs
-    # moved within each warp by shuffles, no shared memory), at the tile's end (ev1) or beside the next tile's first
-    # MMA (ev2), with the 7th stage the buffers' 32 KB make room for (and ev2 at the table's 6)
-    for m in (512, 1024, 2048):
-        for mode in (1, 2):
-            out[f"ev{mode}s7_{m}"] = (m, replace(lz[m], epi_global=mode, epi_vec=True, stages=7))
-        out[f"ev2s6_{m}"] = (m, replace(lz[m], epi_global=2, epi_vec=True))
-    # v34: after the ring's first stage, the loader sleeps first_delay ns before the other stages' loads (the first
-    # 32 KB alone in the SMs' intake), on every bucket's entry
-    for d in (150, 300, 600):
-        for m in (256, 512, 1024, 2048):
-            out[f"fd{d}_{m}"] = (m, replace(lz[m], first_delay=d))
-        for m in (4096, 8192):
-            out[f"w256s3fd{d}_{m}"] = (m, replace(w256, first_delay=d))
-    # v36: the program's first tile's first 1 or 2 K-steps asked of L2 at its entry, on every bucket's entry
-    for n in (1, 2):
-        for m in (256, 512, 1024, 2048):
-            out[f"fp{n}_{m}"] = (m, replace(lz[m], first_prefetch=n))
-        for m in (4096, 8192):
-            out[f"w256s3fp{n}_{m}"] = (m, replace(w256, first_prefetch=n))
-    # v37: where the plan shares programs (M = 1024-2048), the upper half of the programs runs its grad_weight tiles
-    # first, so that no tile boundary comes to every SM at once
-    for m in (1024, 2048):
-        out[f"stg_{m}"] = (m, replace(lz[m], stagger=True))
-    # v38: two programs an SM, each one consumer warpgroup running whole tiles beside its loader warp (3 stages a
-    # program, the epilogue in the tile's held last stage): one program's epilogue and boundaries beside the other's
-    # MMAs, with no barrier between them (128-row tiles: M = 512-4096)
-    for m in (512, 1024, 2048, 4096):
-        out[f"solo3_{m}"] = (m, replace(lz[min(m, 2048)], pingpong=True, solo=True, stages=3))
+        out[f"w256s3lz_{m}"] = (m, replace(w256, lazy_init=True))
     return out
 
 
@@ -401,7 +254,8 @@ def run_checks(tasks: list[tuple], workers: int, timeout_s: float, tmp: Path) ->
 def select(rows: dict, candidates: dict[str, tuple[int, object]], margin: float) -> dict[str, dict]:
     """Per bucket with a correct timing of its baseline: the candidate with the smallest geometric mean over the
     bucket's timed shapes (timed on all of them), kept only if below (1 - margin) x the baseline's (each shape's
-    baseline the faster of its two timings). ``ratio_to_v18``: to the baseline (v18 at M <= 2048)."""
+    baseline the faster of its two timings). ``ratio_to_v18``: to the baseline (the table's entry; the key keeps
+    v19's name)."""
     out: dict[str, dict] = {}
     for bucket in LO:
         shapes = [bs for bs in rows if LO[bucket] < bs[0] * bs[1] <= bucket]

@@ -19,7 +19,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("ms", nargs="*", type=int, default=[256, 512, 1024], metavar="M", help="rows of each shape")
     ap.add_argument("--seq", type=int, default=128, help="seq_len of the shape compiled (S)")
     ap.add_argument("--set", action="append", default=[], help="GluonConfig override key=value")
-    ap.add_argument("--both-entries", action="store_true", help="compile each shape with host and device descriptors")
     return ap.parse_args(argv)
 
 
@@ -52,14 +51,8 @@ def compile_for(m: int, s: int, cfg: gb.GluonConfig, programs: int = 132, module
     its traced copy, with ``extra`` arguments) for sm_90 with the launcher's own arguments for M rows of seq_len
     ``s``."""
     plan = module.plan_for(m, cfg, programs)
-    cfg = module.launched_config(m, cfg, plan)  # what the launch would run (multicast / stream_k where they apply)
     args, kwargs = module.launch_arguments(*launch_tensors(m, s), s, cfg, plan)
-    fn = module.entry_kernel(cfg)
-    if cfg.multicast:  # compiled twice: the second time with the shared-memory offsets the first one has
-        kernel, _ = module.compile_multicast(
-            lambda a, c: compile_sm90(fn, a, dict(c, **(extra or {}), num_warps=4)), args, kwargs
-        )
-        return plan, kernel
+    fn = module.gluon_bwd_kernel_host_desc
     return plan, compile_sm90(fn, args, dict(kwargs, **(extra or {}), num_warps=4))
 
 
@@ -115,7 +108,6 @@ def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     ptx = k.asm["ptx"]
     return (
         f"M={m:<5} S={s:<5} gluon {cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} stages {cfg.stages} "
-        f"{'host' if cfg.host_desc else 'device'} descriptors "
         f"plan p_ga={plan.p_ga} programs={plan.programs}: shared {k.metadata.shared} B, "
         f"{_resource_usage(k.asm['cubin'])}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
         f"tma_load {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.shared::cluster.global', ptx))}, "
@@ -135,14 +127,7 @@ def main(args: argparse.Namespace) -> None:
         if base is None:
             print(f"M={m:<5} S={s:<5} no Gluon table entry for this shape")
             continue
-        cfg = replace(base, **over)
-        for host in (True, False) if args.both_entries else (cfg.host_desc,):
-            try:
-                entry = replace(cfg, host_desc=host)
-            except ValueError as exc:  # a configuration only one entry point runs (a K-step of 32: host descriptors)
-                print(f"M={m:<5} S={s:<5} no {'host' if host else 'device'}-descriptor entry: {exc}", flush=True)
-                continue
-            print(describe(m, s, entry), flush=True)
+        print(describe(m, s, replace(base, **over)), flush=True)
 
 
 if __name__ == "__main__":

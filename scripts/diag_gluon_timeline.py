@@ -1,7 +1,7 @@
 """Device diagnostic (kernel/NOTES.md, v19's Next 3): why is a ping-pong main loop of the Gluon kernel slower per
 K-step than the cooperative split at M >= 512? A per-tile %globaltimer trace, one kind of tile at a time.
 
-Usage (GPU): PYTHONPATH=. python scripts/diag_gluon_timeline.py [--ms 512 1024 2048] [--variants coop,pp7,hyb7]
+Usage (GPU): PYTHONPATH=. python scripts/diag_gluon_timeline.py [--ms 512 1024 2048] [--variants coop,pp7]
              [--kinds ga,gw] [--reps 5] [--save traces.pt]
 Usage (CPU): PYTHONPATH=. python scripts/diag_gluon_timeline.py --compile-only [M ...]  (registers, shared, spills)
 
@@ -43,43 +43,11 @@ KINDS = {"ga": 0, "gw": 1}  # grad_attn_output tiles (K = 2048), grad_weight til
 # name -> GluonConfig overrides of the table's entry for M
 VARIANTS: dict[str, dict] = {
     "coop": {},  # the table's entry (v18 at M = 512-2048: cooperative split, 6 stages)
-    "pp7": {"pingpong": True, "stages": 7},  # v19's ping-pong, its faster depth
-    "hyb7": {"pingpong": True, "pp_gw_only": True, "stages": 7},  # ping-pong in grad_weight-only programs only
-    "pp6": {"pingpong": True, "stages": 6},  # ping-pong at the table's depth
-    "hold7": {"epi_hold": True, "stages": 7},  # cooperative with ping-pong's held-stage epilogue and depth
+    "pp7": {"pingpong": True, "stages": 7},  # v19's ping-pong, its faster depth (the table's at M = 256)
+    "pp6": {"pingpong": True, "stages": 6},  # ping-pong at the cooperative entries' depth
     "w256s3": {"ga_bn": 256, "gw_bn": 256, "stages": 3},  # 128x256 tiles, cooperative (a step: 128x256x64)
-    "w256s4h": {"ga_bn": 256, "gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, two-pass epilogue
-    "gwf": {"gw_first": True},  # the table's entry with the grad_weight tiles first (v23, run b)
-    "pfa4": {"l2_prefetch": 8, "pf_distance": 4},  # v23 run c: the first tile's K-step 4 ahead asked of L2
-    "pfa8": {"l2_prefetch": 8, "pf_distance": 8},
-    "kr1": {"k_rotate": 1},  # v24: each program's K-steps from its own offset (program * 1 steps), around
-    "kr8": {"k_rotate": 8},
-    "bk32": {"bk": 32, "stages": 12},  # v24: K-steps of 32 (16 KB a stage), twice the stages in the same bytes
-    "gw256s3": {"gw_bn": 256, "stages": 3},  # v24 run b: 128x256 grad_weight tiles only (half the tiles)
-    "gw256s4h": {"gw_bn": 256, "stages": 4, "halves": True},  # the same, 4 stages, the epilogue in two passes
     "lazy": {"lazy_init": True},  # v24: the loader initialises each stage's mbarriers as it first fills it
-    "pfx8": {"l2_prefetch": 16, "pf_distance": 8},  # v24 run f: the second kind's other input asked of L2 whole
-    "tp": {"tmap_prefetch": True},  # v25: the TMA descriptors prefetched into the TMA unit's cache at the entry
-    "tpnp2": {"tmap_prefetch": True, "next_prefetch": 2, "np_distance": 4},  # v25: and the next tile's first 2 steps
-    "tpnp3": {"tmap_prefetch": True, "next_prefetch": 3, "np_distance": 8},
-    "srp": {"serpentine": True},  # v26: every other tile of a program walked from its last K-step back
-    "eg6": {"epi_global": 1},  # v27: the epilogue stored from registers at the tile's end (no shared buffers)
-    "eg7": {"epi_global": 1, "stages": 7},  # the same with the 7th stage the buffers' 32 KB make room for
-    "ev7": {"epi_global": 1, "epi_vec": True, "stages": 7},  # v33: eg7's stores in 16-byte rows of whole lines
-    "ev27": {"epi_global": 2, "epi_vec": True, "stages": 7},  # v33: and beside the next tile's first MMA
-    "fd300": {"first_delay": 300},  # v34: the loader sleeps 300 ns after the ring's first stage
-    "fd600": {"first_delay": 600},
-    "fp2": {"first_prefetch": 2},  # v36: the first tile's first 2 K-steps asked of L2 at the program's entry
-    "stg": {"stagger": True},  # v37: the upper half of the programs runs its grad_weight tiles first
-    "solo3": {"pingpong": True, "solo": True, "stages": 3},  # v38: two programs an SM, one warpgroup each
-    "fa4": {"first_ahead": 4},  # v28: the first tile's K-steps asked of L2 4 steps ahead of the loader
-    "fa8": {"first_ahead": 8},
-    "eager": {"lazy_init": False},  # v29's baseline: the ring's mbarriers initialised before the partitions start
-    "mc": {"lazy_init": False, "multicast": 1},  # v29: 2-CTA clusters sharing each B block by multicast TMA
-    "mcl": {"lazy_init": False, "multicast": 2},  # v29 run c: the same clusters' coupled rings, every load local
-    "mcs": {"lazy_init": False, "multicast": 3},  # v29 run d: mc, the loader's empty waits spinning on test_wait
-    "mcss": {"lazy_init": False, "multicast": 4},  # and the consumers' full waits
-    "w256b32s8h": {"ga_bn": 256, "gw_bn": 256, "bk": 32, "stages": 8, "halves": True},  # v31: 128x256, K-steps of 32
+    "eager": {"lazy_init": False},  # the ring's mbarriers initialised before the partitions start
     # v27 diagnostics, the table's entry with part of its cooperative epilogue taken out of the traced copy (its
     # outputs are then wrong: the check says so, the timing is what they are for): no TMA stores, no shared-memory
     # writes (stmatrix), neither
@@ -95,11 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="trace", help="of: trace")
     ap.add_argument("--ms", nargs="+", type=int, default=[512, 1024, 2048], help="rows M, traced as (M/128, 128)")
-    ap.add_argument("--variants", default="coop,pp7,hyb7", help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default="coop,pp7", help=f"of {', '.join(VARIANTS)}")
     ap.add_argument("--kinds", default="ga,gw", help="ga, gw (each alone, the other zeroed), both (the real plan)")
     ap.add_argument("--reps", type=int, default=5, help="traced launches per (M, variant, kind)")
     ap.add_argument("--warm", action="store_true", help="no L2 flush before the launches (default: flushed)")
-    ap.add_argument("--programs", type=int, default=0, help="slots to plan for (default: the SMs; solo: 2 a slot)")
+    ap.add_argument("--programs", type=int, default=0, help="programs to plan for (default: one an SM)")
     ap.add_argument("--save", help="write the tile records here (torch.save; its 'fields' name the columns)")
     ap.add_argument("--compile-only", nargs="*", type=int, metavar="M", help="compile for sm_90 here, no GPU")
     return ap.parse_args(argv)
@@ -168,14 +136,6 @@ _HELPERS = f'''
         gl.store(rec + gl.zeros_like(rows).to(gl.int32), rows.to(gl.int64), mask=rows != rows)
 
     @gluon.jit
-    def _keep_live_pass(acc, acc_hi, q: gl.constexpr, trace_ptr, WG: gl.constexpr):
-        """_keep_live in the epilogue's pass q: the accumulator that pass writes (``acc``, then ``acc_hi``)."""
-        if q == 0:
-            _keep_live(acc, trace_ptr, WG)
-        else:
-            _keep_live(acc_hi, trace_ptr, WG)
-
-    @gluon.jit
     def _trace_program(trace_ptr, WG: gl.constexpr, FIELD: gl.constexpr):
         """The program's record (slot PROGRAM_SLOT of lane program * 2 + WG): a stamp into field FIELD."""
         rec = trace_ptr + ((gl.program_id(0) * 2 + WG) * {SLOTS} + {PROGRAM_SLOT}) * {len(FIELDS)}
@@ -209,21 +169,21 @@ def traced_source(src: str, diag: int = 0) -> str:
     stamp = "_trace_now()"
     src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
     # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
-    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=24)
+    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=16)
     # ... and into the loader, which stamps each tile's first fill as its loads leave (v25)
     src = _sub(src, r"^        M, n_ga_m, P_GA,\n", "        M, n_ga_m, P_GA, trace_ptr,\n")
     src = _sub(src, r"empty, M, n_ga_m, P_GA, GA_FIRST", "empty, M, n_ga_m, P_GA, trace_ptr, GA_FIRST")
-    src = _sub(src, r"^( +)# NXPF: the K offset of the step after whose loads", r"\1nt_l = 0\n\g<0>")
+    src = _sub(src, r"^( +)it = 0  # the ring's fills so far\n", r"\1nt_l = 0\n\g<0>")
     src = _sub(
         src,
         r"^( +)s, bar = _next_stage\(ready, empty, boot, it, g[aw]_bytes, .*\n",
-        r"\g<0>\1if k0 == 0:\n\1    _trace_issue(trace_ptr, nt_l)\n\1    nt_l += 1\n",
+        r"\g<0>\1if k == 0:\n\1    _trace_issue(trace_ptr, nt_l)\n\1    nt_l += 1\n",
         count=2,
     )
     # cooperative: a tile starts with its first MMA wait; ping-pong: with its turn wait, then its first MMA wait
     src = _sub(src, r"^( +)acc = gl\.zeros\(\[G[AW]_WM, .*\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
-    src = _sub(src, r"^( +)if nt % WGS == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
-    src = _sub(src, r"^( +)prev2 = 0\n", rf"\g<0>\1t_wait = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)if nt % 2 == WG:\n", rf"\g<0>\1    t_start = {stamp}\n", count=2)
+    src = _sub(src, r"^( +)prev = 0\n(?= +for k in range)", rf"\g<0>\1t_wait = {stamp}\n", count=2)
     src = _sub(
         src,
         r"^( +)t_wait = _trace_now\(\)\n",
@@ -240,7 +200,7 @@ def traced_source(src: str, diag: int = 0) -> str:
         src,
         r"^( +)\S.* = warpgroup_mma_wait\(0, .*\n",
         rf"\g<0>\1t_kend = {stamp}\n\1c_kend = _trace_clock()\n",
-        count=7,
+        count=5,
     )
     # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
     src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
@@ -259,35 +219,28 @@ def traced_source(src: str, diag: int = 0) -> str:
         r"^( +)    tma\.async_copy_shared_to_global\(\n.*epi_gw\.slice\(j \* 64, 64, dim=1\)\n +\)\n(?=        tma\.)",
         rf"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, 1, t_wait, {RECORD}",
     )
-    # ... or (v27, epi_global 1) after its stores from registers are issued
-    for kind, out in enumerate(("ga_out", "gw_out")):
-        src = _sub(
-            src,
-            rf"^( +)_store_half\({out}, acc\.to\(dtype\), .*\n",
-            rf"\g<0>\1_trace_tile(trace_ptr, WG, nt - 1, {kind}, t_wait, {RECORD}",
-        )
     # ... ping-pong once its held stage is released (the program's tile nt)
     for kind, steps in enumerate(("ga_steps", "gw_steps")):
         src = _sub(
             src,
-            rf"^( +)_release_held\(empty, prev, 1, REL\)\n(?= +else:\n +it \+= {steps}\n)",
+            rf"^( +)_release_held\(empty, prev\)\n(?= +else:\n +it \+= {steps}\n)",
             rf"\g<0>\1_trace_tile(trace_ptr, WG, nt, {kind}, t_start, {RECORD}",
         )
-    src = _sub(src, r"^(        )tma\.store_wait\(0\)\n", r"\g<0>\1_trace_program(trace_ptr, WG, 4)\n", count=2)
+    src = _sub(src, r"^(        )tma\.store_wait\(0\)\n(?=\n)", r"\g<0>\1_trace_program(trace_ptr, WG, 4)\n", count=2)
     if diag & 1:  # the cooperative epilogue's TMA stores (one of grad_attn's heads, one of grad_weight's blocks)
         src = _sub(
             src, r"^( +)(tma\.async_copy_shared_to_global\(ga_out, \[row0 \+ h \* S, 0\], epi_ga\..*)$", r"\1pass  # \2"
         )
         src = _sub(
             src,
-            r"^( +)tma\.async_copy_shared_to_global\(\n +gw_out, \[off_o \+ WG \* GW_WM, col\].*\n +\)\n",
+            r"^( +)tma\.async_copy_shared_to_global\(\n +gw_out, \[off_o \+ WG \* GW_WM, off_i \+ j \* 64\].*\n +\)\n",
             r"\1pass\n",
         )
     if diag & 2:  # its accumulator's bf16 copy into the shared buffer (the accumulator kept live: its MMAs stay)
         src = _sub(
             src,
-            r"^( +)_epilogue_pass\(epi_g[aw], acc, acc_hi, q, dtype\)$",
-            r"\1_keep_live_pass(acc, acc_hi, q, trace_ptr, WG)",
+            r"^( +)_epilogue_pass\(epi_g[aw], acc, dtype\)$",
+            r"\1_keep_live(acc, trace_ptr, WG)",
             count=2,
         )
     return src
@@ -333,14 +286,7 @@ def kind_plan(real: Plan, kind: str) -> Plan:
 def launch(tm, go, x, w, ga, gw, cfg: gb.GluonConfig, plan: Plan, trace: torch.Tensor) -> None:
     s = go.shape[1]
     args, constexprs = tm.launch_arguments(go.view(-1, HIDDEN), w, x.view(-1, HIDDEN), gw, ga, s, cfg, plan)
-    if cfg.multicast:  # a cluster launch (v29), through the copy's own launcher
-        index = go.device.index if go.device.index is not None else torch.cuda.current_device()
-        tm._launch_multicast(go.view(-1, HIDDEN), w, x.view(-1, HIDDEN), gw, ga, s, cfg, plan, go.device, index,
-                             extra={"trace_ptr": trace})  # fmt: skip
-        return
-    if not cfg.host_desc:
-        tm._ensure_allocator()
-    tm.entry_kernel(cfg)[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)
+    tm.gluon_bwd_kernel_host_desc[(plan.programs,)](*args, **constexprs, trace_ptr=trace, num_warps=4)
 
 
 def new_trace(plan: Plan, device) -> torch.Tensor:
@@ -515,9 +461,6 @@ def trace_variant(
         print(f"| {name} | | no Gluon table entry for ({b},{s}) |", flush=True)
         return
     real = gb.plan_for(m, cfg, programs or torch.cuda.get_device_properties(device).multi_processor_count)
-    if cfg.pp_gw_only and not real.p_ga:
-        print(f"| {name} | | shared schedule: no grad_weight-only programs, the same kernel as hold7 |", flush=True)
-        return
     verdict = check(tm, b, s, cfg, real, device)
     if name in DIAG:  # a copy without part of its epilogue: wrong outputs are what it is, its timing is the point
         verdict += " (a diagnostic copy: its outputs are not all written)"
@@ -532,7 +475,7 @@ def trace_variant(
             cells = [statistics.median(p[k][c] for p in per if k in p) for c, _ in COLUMNS]
             seen = sorted({int(p[k]["n"]) for p in per if k in p})
             flag = "" if seen == [expected[k]] else f" (expected {expected[k]})"
-            steps = HIDDEN // cfg.bk if k == 0 else -(-m // cfg.bk)
+            steps = HIDDEN // gb.BK if k == 0 else -(-m // gb.BK)
             print(
                 f"| {name} | {kind}: {'ga' if k == 0 else 'gw'} x{steps} | p_ga={plan.p_ga} programs={plan.programs} | "
                 + " | ".join(f"{v:.2f}" for v in cells)

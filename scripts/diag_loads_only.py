@@ -127,11 +127,10 @@ def _release(
 def _load(
     go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot, M, n_ga_m, P_GA,
     GA_FIRST: gl.constexpr, HID: gl.constexpr, GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr,
-    GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, L2PF: gl.constexpr,
-    pf_go, pf_w, pf_x, PF_D: gl.constexpr, KROT: gl.constexpr, LAZY: gl.constexpr,
+    GW_BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LAZY: gl.constexpr,
 ):  # fmt: skip
     gb._loader(go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, M, n_ga_m, P_GA, GA_FIRST, HID, GA_BM, GA_BN,
-               GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, boot, LAZY, 1)  # fmt: skip
+               GW_BM, GW_BN, BK, STAGES, GROUP, boot, LAZY, 1)  # fmt: skip
 
 
 @gluon.jit(do_not_specialize=["M", "S", "n_ga_m", "P_GA"])
@@ -140,13 +139,10 @@ def loads_only_kernel(
     GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
     GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
     BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-    EPI_HOLD: gl.constexpr = False, PINGPONG: gl.constexpr = 0, PP_DEPTH: gl.constexpr = 1,
-    HOLD_REL: gl.constexpr = 1, NSPLIT: gl.constexpr = 1, L2PF: gl.constexpr = 0, PF_D: gl.constexpr = 6,
-    pf_go=None, pf_w=None, pf_x=None, KROT: gl.constexpr = 0, LAZY: gl.constexpr = False,
-    HOLD: gl.constexpr = False,
+    PINGPONG: gl.constexpr = False, LAZY: gl.constexpr = False, HOLD: gl.constexpr = False,
 ):  # fmt: skip
-    """The host-descriptor entry's arguments (``launch_arguments``), the stamps and the emulated MMA's ns after them;
-    the consumers' switches (EPI_HOLD ... NSPLIT) are accepted and unused: nothing computes."""
+    """The kernel entry's arguments (``launch_arguments``), the stamps and the emulated MMA's ns after them;
+    PINGPONG is accepted and unused: nothing computes."""
     dtype: gl.constexpr = go_a.dtype
     A_COLS: gl.constexpr = GW_BM if GW_BM >= GA_BM else GA_BM
     B_COLS: gl.constexpr = GW_BN if GW_BN >= GA_BN else GA_BN
@@ -166,7 +162,7 @@ def loads_only_kernel(
             (_release, (ready, empty, boot.index(0), stamps_ptr, M, n_ga_m, P_GA, hold_ns, GA_FIRST, HID, GA_BN,
                         GW_BM, GW_BN, BK, STAGES, HOLD, LAZY)),
             (_load, (go_a, w_b, go_t, x_b, a_ring, b_ring, ready, empty, boot.index(0), M, n_ga_m, P_GA, GA_FIRST,
-                     HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, L2PF, pf_go, pf_w, pf_x, PF_D, KROT, LAZY)),
+                     HID, GA_BM, GA_BN, GW_BM, GW_BN, BK, STAGES, GROUP, LAZY)),
         ],
         [1],
         [LOADER_REGS],

@@ -1,27 +1,41 @@
-"""A protocol model of the Gluon kernel's cooperative held-stage ring (kernel/gluon_backward.py: ``_loader`` and
-``_consumer`` with ``EPI_HOLD``, the release of the held stage at the next tile's step ``HOLD_REL``).
+"""A protocol model of the Gluon kernel's ring (kernel/gluon_backward.py: ``_loader`` with ``_consumer``, the
+cooperative schedule, or with ``_consumer_pp``, ping-pong; ``_lazy_init`` with ``lazy_init``).
 
 Pure Python, no GPU. One loader and two consumer warpgroups run a program's tile list (tiles of 1-32 K-steps) over a
 ring of 2-7 stages; the mbarriers have the hardware's phase-parity semantics (``try_wait.parity P`` succeeds once the
 barrier's current phase has a parity other than P, so it cannot tell a fill from the one two fills back); TMA loads
 and stores complete asynchronously, in any order. A random scheduler interleaves every atomic action (a process's
-next step once its barrier lets it, a load's or a store's completion). A run fails on
+next step once its barrier lets it, a load's or a store's completion). The two schedules:
+
+- **cooperative** (``_consumer``): both warpgroups run every tile, each its half of every K-step's MMAs; a warpgroup
+  releases a stage once the MMA that read it has retired (``warpgroup_mma_wait(1)`` after the next step's MMA, or
+  ``wait(0)`` after the tile's last), so a stage goes back to the loader after two arrivals; the epilogue goes into
+  the warpgroup's own buffer once that buffer's previous TMA stores have read it (``tma.store_wait(0)``);
+- **ping-pong** (``_consumer_pp``): the warpgroups run the program's tiles in turn, whole, each skipping the other's
+  stages; a warpgroup waits for the other's previous main loop (``sync[2 - WG]``) before its own first stage, and
+  arrives on its own turn barrier (``sync[1 + WG]``) after its last; a stage goes back after one arrival; the
+  epilogue goes into the tile's last stage, held until its TMA stores have read it (``_release_held``).
+
+A run fails on
 
 - a **deadlock**: nothing can move and the program is not finished;
 - a **stale read**: a consumer passes its ``ready`` wait while the stage holds another fill's data;
-- an **overwrite**: the loader starts a TMA load into a stage a consumer still holds (before its release, or with its
-  MMA in flight) or a TMA store still reads, or a warpgroup writes its epilogue into a stage the other's MMA reads;
+- an **overwrite**: the loader starts a TMA load into a stage a consumer still holds (before its release, or with
+  its MMA in flight) or a TMA store still reads, or an epilogue is written where a TMA store still reads or the
+  other warpgroup's MMA reads;
 - an mbarrier **over-arrival** (more arrivals than the phase has pending: undefined on the hardware);
-- a release count other than exactly once for every use of the ring but the program's last (the stage of the last
-  tile's epilogue is never handed back: the loader has nothing left to load; the kernel ends after its stores);
+- a release count other than exactly once for every use of the ring by each warpgroup that ran it (both
+  cooperative warpgroups, the tile's own in ping-pong);
 - with ``init="lazy"`` (v24, ``GluonConfig.lazy_init``: the loader initialises each stage's mbarriers as it first
-  fills the stage and arrives on a boot barrier once all are, the consumers wait for it first), a consumer **touching
-  a stage's mbarrier before its init**.
+  fills the stage and arrives on a boot barrier once all are, the consumers wait for it first), a consumer
+  **touching a stage's mbarrier before its init**.
 
-The kernel's schedule as written (``release="kernel"``) must pass for ``hold_release`` 1..min(3, stages - 1); the
-broken variants (never released, released twice, released before the stores have read it, ``hold_release`` =
-stages) must each fail in some run, so the model can fail. ``python tests/kernel/test_ring_model.py --runs 36000``
-runs a larger sweep and prints its counts.
+The kernel's protocol (``fault=None``) must pass in both schedules with either init; each broken variant (a stage
+released before its MMA retired, one arrival releasing a cooperative stage, an epilogue written or a held stage
+released before the stores have read it, ping-pong without its turns or with two arrivals a stage, a held stage
+never released, the lazy init's boot too early or missing its tail, a ring of one stage) must fail in some run, so
+the model can fail. ``PYTHONPATH=. python tests/kernel/test_ring_model.py --runs 36000`` runs a larger sweep and prints
+its counts.
 """
 
 from __future__ import annotations
@@ -34,7 +48,16 @@ from dataclasses import dataclass, field
 import pytest
 
 from kernel import gluon_backward as gb
+from kernel.configs import bucket_for
+from problem.workload import HIDDEN
 from tests.support.plan_tiles import tiles_per_program
+
+MODES = ("coop", "pingpong")
+# the broken variants, per schedule: what the kernel must not do
+FAULTS = {
+    "coop": ("early_release", "one_consumer", "no_store_wait"),
+    "pingpong": ("early_release", "no_turns", "two_consumers", "no_store_wait", "never_release_held"),
+}
 
 
 class ProtocolError(AssertionError):
@@ -74,9 +97,10 @@ class Ring:
     """One program: the loader, two consumer warpgroups, the ring's barriers and the asynchronous TMA traffic."""
 
     def __init__(
-        self, tiles: list[int], stages: int, hold_release: int, release: str = "kernel", init: str = "eager"
+        self, tiles: list[int], stages: int, mode: str = "coop", init: str = "eager", fault: str | None = None
     ) -> None:
-        self.tiles, self.S, self.R, self.release, self.init = tiles, stages, hold_release, release, init
+        assert mode in MODES and (fault is None or fault in FAULTS[mode]), (mode, fault)
+        self.tiles, self.S, self.mode, self.init, self.fault = tiles, stages, mode, init, fault
         # eager: every stage's mbarriers initialised before the partitions start; lazy: by the loader at a stage's
         # first fill, the boot barrier after the last (or after the loop: a program of fewer steps than stages);
         # broken: lazy_early_boot (boot after the first stage's init), lazy_no_tail (no inits after the loop)
@@ -84,15 +108,22 @@ class Ring:
         self.boot = init == "eager"
         self.total = sum(tiles)
         self.ready = [MBarrier(1) for _ in range(stages)]
-        self.empty = [MBarrier(2) for _ in range(stages)]
-        self.sync0 = MBarrier(2)  # the warpgroups' rendezvous before the epilogue
+        # _consumers(PINGPONG): the arrivals that release a stage, both warpgroups' cooperative, the tile's own in
+        # ping-pong
+        consumers = 2 if mode == "coop" else 1
+        if fault in ("one_consumer", "two_consumers"):
+            consumers = 3 - consumers
+        self.empty = [MBarrier(consumers) for _ in range(stages)]
+        self.turn = [MBarrier(1), MBarrier(1)]  # ping-pong: sync[1 + w], warpgroup w's main loop passed
         self.tag: list[int | None] = [None] * stages  # the fill whose data a stage holds (None: being loaded)
         self.fills: list[tuple[int, int]] = []  # TMA loads in flight: (use, stage)
-        self.stores: list[tuple[int, int]] = []  # TMA stores that have not yet read their stage: (warpgroup, stage)
+        # TMA stores that have not yet read their source: (warpgroup, stage), or (warpgroup, -1) for the cooperative
+        # warpgroup's own epilogue buffer
+        self.stores: list[tuple[int, int]] = []
         self.holding: list[dict[int, int]] = [{}, {}]  # per warpgroup: stage -> the use it holds there
         self.mma: list[list[int]] = [[], []]  # per warpgroup: stages read by MMAs in flight
         self.released: list[dict[int, int]] = [{}, {}]  # per warpgroup: use -> times released
-        self.last_use = self.total - 1
+        self.ran: list[set[int]] = [set(), set()]  # per warpgroup: the uses it ran MMAs on
 
     # -------------------------------------------------------------------------------------------- actions
     def _touch(self, w: int, s: int) -> None:
@@ -102,12 +133,14 @@ class Ring:
     def _release(self, w: int, use: int) -> None:
         s = use % self.S
         self._touch(w, s)
-        if s in self.mma[w]:
-            raise ProtocolError(f"warpgroup {w} releases stage {s} (use {use}) with its MMA in flight")
         if self.holding[w].get(s) == use:
             del self.holding[w][s]
         self.released[w][use] = self.released[w].get(use, 0) + 1
         self.empty[s].arrive(1)
+
+    def _stores_done(self, w: int) -> Cond:
+        """``tma.store_wait(0)``: every TMA store this warpgroup issued has read its source."""
+        return lambda: all(sw != w for sw, _ in self.stores)
 
     def _lazy_init(self, s: int, i: int) -> None:
         self.inited.add(s)
@@ -135,54 +168,77 @@ class Ring:
             for i in range(self.total, self.S):
                 self._lazy_init(i, i)
 
-    def _releases_held_now(self, j: int, n: int) -> list[int]:
-        """How many times (0, 1 or 2) the held stage is released after step j of a tile of n steps."""
-        rel = min(self.R - 1, n - 1)  # the kernel: k == min(HOLD_REL - 1, steps - 1) * BK
-        if self.release == "never":
-            return []
-        if self.release == "twice":
-            return [1] * ((j == 0) + (j == min(1, n - 1)))  # v19's release and the later one, both
-        return [1] if j == rel else []
+    def _main_loop(self, w: int, first: int, n: int) -> Proc:
+        """One tile's K-steps (uses first .. first + n - 1): each waits for its fill, issues its MMA, lets the
+        previous step's MMA retire (``warpgroup_mma_wait(1)``; ping-pong's two 64-row accumulators: ``wait(2)``,
+        the previous step's pair) and releases that step's stage; after the last, ``wait(0)``."""
+        for j in range(n):
+            i, s = first + j, (first + j) % self.S
+            self._touch(w, s)
+            yield lambda s=s, i=i: self.ready[s].passed((i // self.S) & 1)
+            if self.tag[s] != i:
+                raise ProtocolError(f"stale read: warpgroup {w} reads use {i} in stage {s}, holding {self.tag[s]}")
+            self.holding[w][s] = i
+            self.ran[w].add(i)
+            self.mma[w].append(s)  # warpgroup_mma(is_async=True)
+            if self.fault == "early_release":  # broken: the stage handed back with its MMA still reading it
+                self._release(w, i)
+            yield ALWAYS
+            self.mma[w] = self.mma[w][-1:]  # the previous step's MMA has retired
+            if j > 0 and self.fault != "early_release":
+                self._release(w, i - 1)
+            yield ALWAYS
+        self.mma[w] = []  # warpgroup_mma_wait(0)
 
     def consumer(self, w: int) -> Proc:
-        it, held, nt = 0, -1, 0
+        """``_consumer``: warpgroup w's half of every tile, its epilogue in its own buffer."""
         yield lambda: self.boot  # lazy: the boot barrier before any stage's (eager: already passed)
+        it = 0
         for n in self.tiles:
-            for j in range(n):
-                i, s = it, it % self.S
-                self._touch(w, s)
-                yield lambda s=s, i=i: self.ready[s].passed((i // self.S) & 1)
-                if self.tag[s] != i:
-                    raise ProtocolError(f"stale read: warpgroup {w} reads use {i} in stage {s}, holding {self.tag[s]}")
-                self.holding[w][s] = i
-                self.mma[w].append(s)  # warpgroup_mma(is_async=True)
-                self.mma[w] = self.mma[w][-1:]  # warpgroup_mma_wait(1): the previous step's MMA has retired
-                if j > 0:
-                    self._release(w, i - 1)
-                for _ in self._releases_held_now(j, n):
-                    if held >= 0:  # _release_held: nothing is held before the program's first tile
-                        if self.release != "no_wait":  # tma.store_wait(0): this warpgroup's stores have read it
-                            yield lambda w=w: all(sw != w for sw, _ in self.stores)
-                        self._release(w, held)
-                it += 1
-                yield ALWAYS
-            self.mma[w] = []  # warpgroup_mma_wait(0)
-            self.sync0.arrive(1)
-            yield lambda nt=nt: self.sync0.passed(nt & 1)
-            last = it - 1
-            if last % self.S in self.mma[1 - w]:
-                raise ProtocolError(f"overwrite: warpgroup {w}'s epilogue into a stage the other's MMA reads")
-            if self.tag[last % self.S] != last:
-                raise ProtocolError(f"overwrite: warpgroup {w}'s epilogue stage {last % self.S} was refilled")
-            self.stores.append((w, last % self.S))  # epilogue written, TMA stores issued
-            held, nt = last, nt + 1
+            yield from self._main_loop(w, it, n)
+            it += n
+            if self.fault != "early_release":
+                self._release(w, it - 1)  # the tile's last stage, its MMA retired
+            if self.fault != "no_store_wait":
+                yield self._stores_done(w)  # the previous tile's stores have left the buffer
+            if not self._stores_done(w)():
+                raise ProtocolError(f"overwrite: warpgroup {w}'s epilogue buffer written while a TMA store reads it")
+            self.stores.append((w, -1))  # epilogue written, TMA stores issued
             yield ALWAYS
-        yield lambda w=w: all(sw != w for sw, _ in self.stores)  # the final tma.store_wait(0)
+        yield self._stores_done(w)  # the final tma.store_wait(0)
+
+    def consumer_pp(self, w: int) -> Proc:
+        """``_consumer_pp``: warpgroup w's tiles (every other one of the program), whole, in turn with the other's."""
+        yield lambda: self.boot
+        it = 0
+        for nt, n in enumerate(self.tiles):
+            if nt % 2 != w:  # the other warpgroup's tile: skip its stages
+                it += n
+                continue
+            if nt > 0 and self.fault != "no_turns":  # the other warpgroup's previous main loop has passed
+                yield lambda nt=nt: self.turn[1 - w].passed(((nt - 1) // 2) & 1)
+            yield from self._main_loop(w, it, n)
+            it += n
+            self.turn[w].arrive(1)  # the other warpgroup's turn
+            yield ALWAYS
+            last, s = it - 1, (it - 1) % self.S
+            # the epilogue in the tile's last stage, still held: not refilled, not read by the other's MMAs
+            if self.tag[s] != last or s in self.mma[1 - w]:
+                raise ProtocolError(f"overwrite: warpgroup {w}'s epilogue into stage {s}, refilled or read")
+            self.stores.append((w, s))  # epilogue written, TMA stores issued
+            yield ALWAYS
+            if self.fault == "never_release_held" or self.fault == "early_release":
+                continue
+            if self.fault != "no_store_wait":
+                yield self._stores_done(w)  # _release_held: the stores have read the stage
+            self._release(w, last)
+        yield self._stores_done(w)
 
     # -------------------------------------------------------------------------------------------- scheduler
     def run(self, rng: random.Random, max_actions: int = 200_000) -> int:
         """Interleave everything at random until the program ends; returns the actions taken."""
-        procs: dict[str, Proc] = {"loader": self.loader(), "c0": self.consumer(0), "c1": self.consumer(1)}
+        consumer = self.consumer if self.mode == "coop" else self.consumer_pp
+        procs: dict[str, Proc] = {"loader": self.loader(), "c0": consumer(0), "c1": consumer(1)}
         conds: dict[str, Cond] = {}
         for name, p in list(procs.items()):
             conds[name] = next(p)
@@ -210,10 +266,13 @@ class Ring:
             raise ProtocolError("no end after max_actions")
         for w in (0, 1):
             for use in range(self.total):
-                want = 0 if use == self.last_use else 1
+                want = 1 if use in self.ran[w] else 0
                 got = self.released[w].get(use, 0)
                 if got != want:
                     raise ProtocolError(f"warpgroup {w} released use {use} {got} times (want {want})")
+        uses = set(range(self.total))
+        if self.ran[0] | self.ran[1] != uses or (self.mode == "coop" and self.ran[0] != self.ran[1]):
+            raise ProtocolError("a use of the ring not run by the warpgroups it belongs to")
         return step
 
 
@@ -223,142 +282,124 @@ def random_tiles(rng: random.Random) -> list[int]:
 
 
 def sweep(
-    runs: int, release: str, hold_releases: tuple[int, ...], seed: int, stages_of=None, init: str = "eager"
+    runs: int, mode: str, seed: int, init: str = "eager", fault: str | None = None, stages: tuple[int, int] = (2, 7)
 ) -> tuple[int, list[str]]:
-    """``runs`` random programs per hold_release; returns (runs done, the failures' messages)."""
+    """``runs`` random programs (tile lists, ring depths in ``stages``, interleavings); returns (runs done, the
+    failures' messages)."""
     rng = random.Random(seed)
     failures: list[str] = []
-    done = 0
-    for r in hold_releases:
-        for _ in range(runs):
-            stages = stages_of(r, rng) if stages_of else rng.randint(max(2, r + 1), 7)
-            tiles = random_tiles(rng)
-            try:
-                Ring(tiles, stages, r, release, init).run(rng)
-            except ProtocolError as e:
-                failures.append(f"R={r} stages={stages} tiles={tiles}: {e}")
-            done += 1
-    return done, failures
+    for _ in range(runs):
+        depth = rng.randint(*stages)
+        tiles = random_tiles(rng)
+        try:
+            Ring(tiles, depth, mode, init, fault).run(rng)
+        except ProtocolError as e:
+            failures.append(f"{mode} stages={depth} tiles={tiles}: {e}")
+    return runs, failures
 
 
 # ------------------------------------------------------------------------------------------------ tests
-@pytest.mark.parametrize("hold_release", [1, 2, 3])
-def test_held_stage_release_is_safe(hold_release: int) -> None:
-    """The kernel's release (v19's at step 1, v20's at step 2 or 3; a shorter tile's at its last step): no deadlock,
-    no stale read, no overwrite, every use but the last released exactly once, over random interleavings."""
-    done, failures = sweep(400, "kernel", (hold_release,), seed=hold_release)
+@pytest.mark.parametrize("init", ["eager", "lazy"])
+@pytest.mark.parametrize("mode", MODES)
+def test_the_kernels_ring_is_safe(mode: str, init: str) -> None:
+    """Both schedules with either init, over random tile lists, ring depths of 2-7 and interleavings: no deadlock,
+    no stale read, no overwrite, no over-arrival, every use released exactly once by each warpgroup that ran it, no
+    mbarrier touched before its init."""
+    done, failures = sweep(400, mode, seed=MODES.index(mode) + 10 * (init == "lazy"), init=init)
     assert done == 400 and not failures, failures[:5]
 
 
-def test_short_tiles_and_every_stage_count() -> None:
-    """Tiles shorter than hold_release (1 and 2 steps, the M = 64 and 128 grad_weight tiles) in every ring depth
-    that allows the release step."""
+@pytest.mark.parametrize("mode", MODES)
+def test_short_tiles_and_every_stage_count(mode: str) -> None:
+    """Tiles of 1-3 steps (the M = 64-192 grad_weight tiles) beside 32-step ones, on every ring depth from 2 to 7:
+    ping-pong's held stage and skipped stages, and programs of fewer steps than stages (the lazy init's tail)."""
     for stages in range(2, 8):
-        for r in range(1, min(3, stages - 1) + 1):
-            for tiles in ([1], [1, 1], [1, 1, 1, 1], [2, 1, 2], [32, 1, 32], [1, 32, 2, 32], [3, 3, 3]):
-                for seed in range(5):
-                    Ring(tiles, stages, r).run(random.Random(seed))
+        for tiles in ([1], [1, 1], [1, 1, 1, 1], [2, 1, 2], [32, 1, 32], [1, 32, 2, 32], [3, 3, 3]):
+            for seed in range(5):
+                for init in ("eager", "lazy"):
+                    Ring(tiles, stages, mode, init).run(random.Random(seed))
 
 
-def test_release_at_the_bound() -> None:
-    """hold_release = stages - 1, the largest GluonConfig allows, still passes (hold_release = stages deadlocks:
-    test_broken_variants_fail)."""
-    done, failures = sweep(100, "kernel", (2, 3, 4, 5, 6), seed=3, stages_of=lambda r, rng: r + 1)
-    assert done == 500 and not failures, failures[:5]
-
-
-def test_real_programs_tile_lists() -> None:
-    """The tile lists of the plan's programs (grad_attn tiles of 32 steps, grad_weight tiles of ceil(M / 64))."""
-    for m in (64, 128, 256, 512, 1024, 2048):
-        cfg = gb.GluonConfig(128 if m >= 512 else 64, 128, 128, 128, stages=7, epi_hold=True)
+@pytest.mark.parametrize("bucket", sorted(gb.GLUON_TABLE))
+def test_real_programs_tile_lists(bucket: int) -> None:
+    """The tile lists of the table entry's programs (grad_attn tiles of HIDDEN / BK steps, grad_weight tiles of
+    ceil(M / BK)) at M values of its bucket, on its ring: its depth, its schedule, its init."""
+    cfg, _ = gb.GLUON_TABLE[bucket]
+    mode, init = ("pingpong" if cfg.pingpong else "coop"), ("lazy" if cfg.lazy_init else "eager")
+    ms = [m for m in range(cfg.ga_bm, bucket + 1, cfg.ga_bm) if bucket_for(m) == bucket]
+    assert ms, bucket
+    for m in sorted({ms[0], ms[len(ms) // 2], ms[-1]}):  # the bucket's smallest, middle and largest M
         plan = gb.plan_for(m, cfg, 132)
-        lists = tiles_per_program(plan)
-        gw_steps = -(-m // 64)
+        ga_steps, gw_steps = HIDDEN // gb.BK, -(-m // gb.BK)
         if plan.ga_first:
-            kinds = {tuple(len(ga) * [32] + len(gw) * [gw_steps]) for ga, gw in lists}
+            kinds = {tuple(len(ga) * [ga_steps] + len(gw) * [gw_steps]) for ga, gw in tiles_per_program(plan)}
         else:
-            kinds = {tuple(len(gw) * [gw_steps] + len(ga) * [32]) for ga, gw in lists}
+            kinds = {tuple(len(gw) * [gw_steps] + len(ga) * [ga_steps]) for ga, gw in tiles_per_program(plan)}
         for tiles in sorted(kinds)[:6]:
-            for r in (1, 2, 3):
-                Ring(list(tiles), 7, r).run(random.Random(m + r))
+            Ring(list(tiles), cfg.stages, mode, init).run(random.Random(m))
 
 
-@pytest.mark.parametrize(
-    ("release", "hold_release"),
-    [("never", 2), ("twice", 2), ("no_wait", 2), ("kernel_r_equals_stages", 0)],
-)
-def test_broken_variants_fail(release: str, hold_release: int) -> None:
-    """The model can fail: a held stage never released (deadlock or a missing release), released twice
-    (over-arrival or a stage reloaded under a reader), released before its stores have read it (overwrite), or
-    released at the step ``stages`` (the loader waits for it first: deadlock)."""
-    if release == "kernel_r_equals_stages":
-        done, failures = sweep(200, "kernel", (2, 3), seed=7, stages_of=lambda r, rng: r)
-    else:
-        done, failures = sweep(300, release, (hold_release,), seed=11)
-    assert failures, f"{release}: {done} runs, none failed"
-    if release in ("never", "kernel_r_equals_stages"):
-        assert any("deadlock" in f for f in failures), failures[:3]
-    if release == "no_wait":
-        assert any("TMA store still reads" in f for f in failures), failures[:3]
+BROKEN = [(mode, fault) for mode in MODES for fault in FAULTS[mode]]
 
 
-@pytest.mark.parametrize("hold_release", [1, 2, 3])
-def test_lazy_init_is_safe(hold_release: int) -> None:
-    """v24's lazy init (the loader initialises each stage's mbarriers at its first fill, the consumers wait for the
-    boot barrier it arrives on after the last, or after its loop when the program has fewer steps than stages): no
-    consumer touches an uninitialised mbarrier, no deadlock, and everything else as with the eager init."""
-    done, failures = sweep(400, "kernel", (hold_release,), seed=100 + hold_release, init="lazy")
-    assert not failures, f"{len(failures)} of {done}: {failures[:3]}"
+@pytest.mark.parametrize(("mode", "fault"), BROKEN)
+def test_broken_variants_fail(mode: str, fault: str) -> None:
+    """The model can fail: a stage released with its MMA in flight (the loader overwrites it), a cooperative stage
+    released by one warpgroup's arrival (or over-arrived), an epilogue buffer rewritten or a held stage released
+    before its TMA stores have read it, ping-pong without its turns (a warpgroup that skipped ahead takes a fill
+    two back, of the same parity, for its own), ping-pong stages waiting for two arrivals or a held stage never
+    released (deadlock)."""
+    done, failures = sweep(300, mode, seed=11, fault=fault)
+    assert failures, f"{mode} {fault}: {done} runs, none failed"
+    want = {
+        "early_release": "overwrite: load",
+        "one_consumer": "overwrite: load",
+        "no_store_wait": "buffer written while a TMA store reads" if mode == "coop" else "a TMA store still reads",
+        "no_turns": "stale read",
+        "two_consumers": "deadlock",
+        "never_release_held": "deadlock",
+    }[fault]
+    assert any(want in f for f in failures), failures[:3]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("init", ["lazy_early_boot", "lazy_no_tail"])
-def test_broken_lazy_inits_fail(init: str) -> None:
+def test_broken_lazy_inits_fail(init: str, mode: str) -> None:
     """The model can fail the lazy init: a boot barrier arrived on after the first stage's init only (a consumer
     reaches a later stage's mbarriers before their init), or no inits after the loop (a program of fewer steps than
     stages never boots its consumers: deadlock)."""
-    done, failures = sweep(300, "kernel", (1, 2), seed=21, init=init)
-    assert failures, f"{init}: {done} runs, none failed"
+    done, failures = sweep(300, mode, seed=21, init=init)
+    assert failures, f"{mode} {init}: {done} runs, none failed"
     want = "before their init" if init == "lazy_early_boot" else "deadlock"
     assert any(want in f for f in failures), failures[:3]
 
 
-def test_config_bounds_hold_release() -> None:
-    """GluonConfig refuses what the model shows deadlocks (hold_release >= stages) and what would not apply
-    (hold_release > 1 without a cooperative held stage)."""
-    base = gb.GluonConfig(128, 128, 128, 128, stages=7, epi_hold=True)
-    assert base.hold_release == 1
-    gb.GluonConfig(128, 128, 128, 128, stages=7, epi_hold=True, hold_release=6)
-    gb.GluonConfig(128, 128, 128, 128, stages=7, pingpong=True, pp_gw_only=True, hold_release=2)
-    for bad in (
-        dict(epi_hold=True, hold_release=7),
-        dict(epi_hold=True, hold_release=0),
-        dict(hold_release=2),  # no held stage
-        dict(pingpong=True, hold_release=2),  # ping-pong releases at the end of its own epilogue
-        dict(pingpong=True, epi_hold=True, hold_release=2),
-    ):
-        with pytest.raises(ValueError):
-            gb.GluonConfig(128, 128, 128, 128, stages=7, **bad)
+@pytest.mark.parametrize("mode", MODES)
+def test_one_stage_deadlocks_a_tile_of_two_steps(mode: str) -> None:
+    """A ring of one stage: a K-step's stage is handed back only after the next step's MMA is issued, which waits for
+    that stage's next fill: deadlock in any tile of two steps or more (every grad_attn tile has HIDDEN / BK); tiles
+    of one step still run."""
+    for tiles in ([2], [1, 32], [HIDDEN // gb.BK]):
+        with pytest.raises(ProtocolError, match="deadlock"):
+            Ring(tiles, 1, mode).run(random.Random(0))
+    Ring([1, 1, 1], 1, mode).run(random.Random(0))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="the ring model's larger sweep")
-    ap.add_argument("--runs", type=int, default=36000, help="programs in all, split over hold_release 1..3")
+    ap.add_argument("--runs", type=int, default=36000, help="programs in all, split over the schedules and inits")
     args = ap.parse_args()
-    per = args.runs // 3
-    done, failures = sweep(per, "kernel", (1, 2, 3), seed=2026)
-    print(f"kernel release, hold_release 1..3: {done} runs, {len(failures)} failures {failures[:3]}")
-    for release in ("never", "twice", "no_wait"):
-        d, f = sweep(max(per // 10, 100), release, (2,), seed=5)
-        print(f"broken {release}: {d} runs, {len(f)} failed; first: {f[:1]}")
-    d, f = sweep(max(per // 10, 100), "kernel", (2, 3, 4, 5, 6), seed=5, stages_of=lambda r, rng: r + 1)
-    print(f"kernel release, hold_release = stages - 1 (2..6): {d} runs, {len(f)} failures {f[:3]}")
-    d, f = sweep(max(per // 10, 100), "kernel", (2, 3), seed=5, stages_of=lambda r, rng: r)
-    print(f"broken hold_release = stages: {d} runs, {len(f)} failed; first: {f[:1]}")
-    d, f = sweep(per, "kernel", (1, 2, 3), seed=2027, init="lazy")
-    print(f"lazy init (v24), hold_release 1..3: {d} runs, {len(f)} failures {f[:3]}")
-    for init in ("lazy_early_boot", "lazy_no_tail"):
-        d, f = sweep(max(per // 10, 100), "kernel", (1, 2), seed=5, init=init)
-        print(f"broken {init}: {d} runs, {len(f)} failed; first: {f[:1]}")
+    per = args.runs // 4
+    for mode in MODES:
+        for init in ("eager", "lazy"):
+            done, failures = sweep(per, mode, seed=2026, init=init)
+            print(f"{mode}, {init} init: {done} runs, {len(failures)} failures {failures[:3]}")
+        for fault in FAULTS[mode]:
+            d, f = sweep(max(per // 10, 100), mode, seed=5, fault=fault)
+            print(f"broken {mode} {fault}: {d} runs, {len(f)} failed; first: {f[:1]}")
+        for init in ("lazy_early_boot", "lazy_no_tail"):
+            d, f = sweep(max(per // 10, 100), mode, seed=5, init=init)
+            print(f"broken {mode} {init}: {d} runs, {len(f)} failed; first: {f[:1]}")
 
 
 if __name__ == "__main__":

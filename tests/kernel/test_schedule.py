@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kernel.configs import M_BUCKETS, KernelConfig, config_for
-from kernel.schedule import plan_schedule, tile_cost, with_first
+from kernel.schedule import plan_schedule, tile_cost
 from tests.support.plan_tiles import tiles_per_program
 
 HOPPER = (9, 0)
@@ -57,21 +57,3 @@ def test_every_table_config_has_a_plan() -> None:
     for bucket in M_BUCKETS:
         plan = plan_schedule(bucket, config_for(bucket, HOPPER), 132)
         assert plan.programs <= 132 and plan.makespan > 0
-
-
-def test_with_first_runs_the_same_tiles_with_the_other_kind_first() -> None:
-    """The Gluon kernel's ``gw_first`` (v23): a shared plan with the grad_weight tiles first runs every tile once,
-    each program its grad_weight tiles before its grad_attn ones; at M = 1024 (one 32-step grad_attn tile and two
-    16-step grad_weight tiles a program) the busiest program's work is the same either way."""
-    cfg = KernelConfig(128, 128, 128, 128, 64, 4, 6)
-    plan = plan_schedule(1024, cfg, 132)
-    assert plan.kind == "shared" and plan.ga_first
-    swapped = with_first(plan, 1024, cfg, ga_first=False)
-    assert not swapped.ga_first and swapped.programs == plan.programs
-    assert swapped.makespan == pytest.approx(plan.makespan)
-    per_program = tiles_per_program(swapped)
-    assert sorted(t for ga, _ in per_program for t in ga) == list(range(plan.n_ga))
-    assert sorted(t for _, gw in per_program for t in gw) == list(range(plan.n_gw))
-    assert per_program[0] == ([0], [0, 128])  # program 0: grad_weight tiles 0 and 128, then grad_attn tile 0
-    with pytest.raises(ValueError, match="partitioned"):
-        with_first(plan_schedule(512, cfg, 132), 512, cfg, ga_first=False)
