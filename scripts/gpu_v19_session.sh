@@ -2,10 +2,12 @@
 # One device-tool call for issue 21's Gluon sweeps (GPU machine, repository root): the Gluon variants beside v18, the
 # tile-language kernel and cuBLAS (scripts/bench_gluon_v19.py); the per-bucket winners written into GLUON_TABLE of
 # this copy (scripts/apply_gluon_selection.py); then the GPU tests and the 16-case bench on that code.
-# Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench] [confirm]   (no step named: the first four;
-# confirm: tests and bench only if the sweep's selection, $OUT/select.json, moved a bucket off its baseline)
+# Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench] [confirm] [floor]   (no step named: the
+# first four; confirm: tests and bench only if the sweep's selection, $OUT/select.json, moved a bucket off its
+# baseline; floor: kernel/NOTES.md item 39's Next 1, the floor's loop and clock at M = 1024 and 2048 beside the
+# trace of the table's entry at M = 1024)
 # Environment: SWEEP_ARGS (more arguments of the sweep: --only NAMES, --timed B,S ...), TAG (the logs' prefix,
-# default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120; scripts/gpu_v20_session.sh sets its own).
+# default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
   sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'
   exit 0
@@ -31,6 +33,10 @@ for step in $steps; do
              else
                echo "confirm: the selection kept every bucket's entry; no GPU tests, no 16 cases"
              fi ;;
+    floor) PYTHONPATH=$PWD:$PWD/scripts timeout 200 python3 scripts/diag_floor.py --ms 1024,2048 2>&1 \
+             | grep -v -i "warn" | tee "$OUT/${TAG}_floor.log" | tail -n 24
+           timeout 200 python3 scripts/diag_gluon_timeline.py --ms 1024 --variants coop --kinds both --reps 10 2>&1 \
+             | grep -v -i "warn" | tee "$OUT/${TAG}_trace.log" | tail -n 12 ;;
     bench) timeout 170 python3 scripts/solci_bench_direct.py --csv "$OUT/${TAG}_bench.csv" 2>&1 | grep -v -i "warn" \
              | tee "$OUT/${TAG}_bench.log" | tail -n 32 ;;
   esac
