@@ -19,7 +19,7 @@ grad_weight tiles of K = M, planned per call by ``kernel/schedule.py``), but the
 warpgroup's epilogue, written into the tile's last ring stage, overlaps the other's main loop. ``lazy_init``: the
 loader initialises each stage's mbarriers as it first fills it. The schedules measured and dropped since v19 (held
 stages, stream-K, multicast clusters, prefetches, epilogues from registers, two programs an SM, ...) were taken out
-of this file after they lost; kernel/NOTES.md says what each measured and the commit whose tree still has it.
+of this file after they lost; kernel/NOTES.md item 40 names each, its measurement and the commit that keeps it.
 
 One entry point, ``gluon_bwd_kernel_host_desc``: Gluon host TMA descriptors (the CI's plan contract accepts their
 plain NVMMA layout, ci/harness/plan.py). Only Triton 3.6.0's Gluon API is used (``warp_specialize``,
