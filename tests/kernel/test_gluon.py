@@ -371,9 +371,15 @@ def test_gluon_table_entries_correct_and_repeatable_on_gpu(b: int, s: int) -> No
 _VARIANT_SHAPES = [(1, 64), (3, 64), (1, 256), (4, 128), (6, 128), (1, 1024), (12, 128), (4, 1024)]
 
 
+# the variants whose schedule, init and depth the sweeps have run on a GPU; the 2-stage rings are compiled on the CPU
+# and modelled (tests/kernel/test_ring_model.py), not run here: a hang of a ring never run would cost a device call
+# its other tests
+_GPU_VARIANTS = sorted(name for name, cfg in VARIANTS.items() if cfg.stages > 2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("b", "s"), _VARIANT_SHAPES)
-@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("name", _GPU_VARIANTS)
 def test_the_variants_correct_and_repeatable_on_gpu(name: str, b: int, s: int) -> None:
     """The kernel's schedules and inits off the table's paths (``VARIANTS``) against the harness's correctness loop
     and bit for bit run to run."""
