@@ -85,8 +85,10 @@ class GluonConfig:
             raise ValueError(f"tiles: grad_weight 128 rows, grad_attn 64 or 128 (got {self.ga_bm}, {self.gw_bm})")
         # a cooperative 64-row grad_attn tile is split by columns: each warpgroup's half stores whole heads
         ga_wn = self.ga_bn if (self.ga_bm == 128 or self.pingpong) else self.ga_bn // 2
-        if ga_wn % HEAD_DIM or self.gw_bn % 64:
+        if ga_wn % HEAD_DIM or ga_wn < HEAD_DIM:
             raise ValueError(f"tiles: a warpgroup's grad_attn columns ({ga_wn}) whole heads of {HEAD_DIM}")
+        if self.gw_bn % 64 or self.gw_bn < 64:
+            raise ValueError(f"tiles: grad_weight columns ({self.gw_bn}) whole TMA boxes of 64")
         if self.pingpong and (self.ga_bn > 128 or self.gw_bn > 128):
             raise ValueError("pingpong: tiles of at most 128 columns (a tile's half fits a ring stage's part)")
         if self.stages < 2:  # a stage goes back to the loader only after the next step's MMA is issued

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import replace
+import sys
+from dataclasses import fields, replace
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,19 +117,35 @@ def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     )
 
 
-def main(args: argparse.Namespace) -> None:
+def overrides(pairs: list[str]) -> dict:
+    """``--set`` pairs as GluonConfig overrides (integers and True/False parsed); ValueError names a bad one."""
     over = {}
-    for kv in args.set:
-        k, v = kv.split("=", 1)
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep or k not in {f.name for f in fields(gb.GluonConfig)}:
+            raise ValueError(
+                f"--set {kv}: not key=value of a GluonConfig field ({', '.join(gb.GluonConfig.__annotations__)})"
+            )
         over[k] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
-    for m in args.ms:
+    return over
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        over = overrides(args.set)
+        cfgs = {m: gb.gluon_config_for(m, min(args.seq, m), (9, 0), include_disabled=True) for m in args.ms}
+        cfgs = {m: cfg and replace(cfg, **over) for m, cfg in cfgs.items()}
+    except ValueError as exc:  # a bad --set, or a configuration GluonConfig refuses: one line, nothing compiled
+        print(f"diag_gluon: {exc}", file=sys.stderr)
+        return 2
+    for m, cfg in cfgs.items():
         s = min(args.seq, m)
-        base = gb.gluon_config_for(m, s, (9, 0), include_disabled=True)
-        if base is None:
+        if cfg is None:
             print(f"M={m:<5} S={s:<5} no Gluon table entry for this shape")
             continue
-        print(describe(m, s, replace(base, **over)), flush=True)
+        print(describe(m, s, cfg), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(ARGS)
+    sys.exit(main(ARGS))

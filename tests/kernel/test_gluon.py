@@ -88,6 +88,9 @@ def test_config_refuses_what_the_kernel_does_not_run() -> None:
         ({"ga_bm": -64}, "tiles"),
         ({"ga_bm": 64, "ga_bn": 64}, "whole heads"),  # 32 columns a warpgroup: no head of grad_attn stored
         ({"ga_bn": 96}, "whole heads"),
+        ({"ga_bn": 0}, "whole heads"),
+        ({"gw_bn": 96}, "whole TMA boxes"),
+        ({"gw_bn": 0}, "whole TMA boxes"),
         ({"stages": 1}, "stages"),  # a stage is released after the next step's MMA: one stage deadlocks
         ({"stages": 0}, "stages"),
         ({"stages": -1}, "stages"),
@@ -267,6 +270,19 @@ def _check_compiled(line: str, cfg: gb.GluonConfig) -> None:
     for what in ("wgmma", "tma_load", "tma_store", "setmaxnreg"):
         assert int(re.search(rf"{what} (\d+)", line).group(1)) > 0, (what, line)
     assert re.search(r"waterfalls 0\b", line), line
+
+
+def test_a_bad_override_of_the_compile_diagnostic_is_one_line_and_exit_2() -> None:
+    """``scripts/diag_gluon.py --set``: a field GluonConfig no longer has (or never had), a pair without a value, or a
+    configuration it refuses is named in one line on stderr, exit 2, nothing compiled (no figures on stdout)."""
+    for bad, says in (
+        ("host_desc=True", "not key=value of a GluonConfig field"),
+        ("stages", "not key=value of a GluonConfig field"),
+        ("stages=1", "at least 2"),
+    ):
+        out = run_script("scripts/diag_gluon.py", "1024", "--set", bad)
+        assert out.returncode == 2, (bad, out.returncode, out.stderr[-2000:])
+        assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1 and says in out.stderr, (bad, out)
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
