@@ -598,21 +598,8 @@ if GLUON_IMPORTED:
         PINGPONG: gl.constexpr = False,
         LAZY: gl.constexpr = False,
     ):  # fmt: skip
-        """The kernel's entry, with host TMA descriptors (Gluon ``TensorDescriptor``)."""
-        _gluon_body(go_a, w_b, go_t, x_b, ga_out, gw_out, M, S, n_ga_m, P_GA, GA_FIRST, HID, NH, HD, GA_BM, GA_BN,
-                    GW_BM, GW_BN, BK, STAGES, GROUP, LOADER_REGS, PINGPONG, LAZY)  # fmt: skip
-
-    @gluon.jit
-    def _gluon_body(
-        go_a, w_b, go_t, x_b, ga_out, gw_out,
-        M, S, n_ga_m, P_GA,
-        GA_FIRST: gl.constexpr, HID: gl.constexpr, NH: gl.constexpr, HD: gl.constexpr,
-        GA_BM: gl.constexpr, GA_BN: gl.constexpr, GW_BM: gl.constexpr, GW_BN: gl.constexpr,
-        BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr, LOADER_REGS: gl.constexpr,
-        PINGPONG: gl.constexpr, LAZY: gl.constexpr,
-    ):  # fmt: skip
-        """Persistent: a loader warp and two consumer warpgroups per program (num_warps = 4: the default
-        partition is consumer 0)."""
+        """The kernel's entry, with host TMA descriptors (Gluon ``TensorDescriptor``). Persistent: a loader warp and
+        two consumer warpgroups per program (num_warps = 4: the default partition is consumer 0)."""
         dtype: gl.constexpr = go_a.dtype
         gl.static_assert(GW_BM == 128 and GA_BM % 64 == 0, "two warpgroups of 64 rows")
         # A stage holds either kind's blocks: sized by the larger of each, viewed per kind (_reinterpret).

@@ -104,12 +104,18 @@ def waterfalls(cubin: bytes) -> int:
     return _cubin_tool("nvdisasm", cubin).count("BRA.U.ANY")
 
 
+SHARED_MAX = 232448  # bytes of shared memory one program (block) may use on sm_90 (227 KiB)
+
+
 def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     plan, k = compile_for(m, s, cfg)
     ptx = k.asm["ptx"]
+    over = f" (OVER the {SHARED_MAX} B a program may have on sm_90: it cannot launch)" * (
+        k.metadata.shared > SHARED_MAX
+    )
     return (
         f"M={m:<5} S={s:<5} gluon {cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} stages {cfg.stages} "
-        f"plan p_ga={plan.p_ga} programs={plan.programs}: shared {k.metadata.shared} B, "
+        f"plan p_ga={plan.p_ga} programs={plan.programs}: shared {k.metadata.shared} B{over}, "
         f"{_resource_usage(k.asm['cubin'])}, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
         f"tma_load {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.shared::cluster.global', ptx))}, "
         f"tma_store {len(re.findall(r'cp.async.bulk.tensor.[0-9]d.global.shared', ptx))}, "
@@ -119,13 +125,12 @@ def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
 
 def overrides(pairs: list[str]) -> dict:
     """``--set`` pairs as GluonConfig overrides (integers and True/False parsed); ValueError names a bad one."""
+    names = [f.name for f in fields(gb.GluonConfig)]
     over = {}
     for kv in pairs:
         k, sep, v = kv.partition("=")
-        if not sep or k not in {f.name for f in fields(gb.GluonConfig)}:
-            raise ValueError(
-                f"--set {kv}: not key=value of a GluonConfig field ({', '.join(gb.GluonConfig.__annotations__)})"
-            )
+        if not sep or k not in names:
+            raise ValueError(f"--set {kv}: not key=value of a GluonConfig field ({', '.join(names)})")
         over[k] = int(v) if v.lstrip("-").isdigit() else {"True": True, "False": False}.get(v, v)
     return over
 

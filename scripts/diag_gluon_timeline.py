@@ -169,7 +169,7 @@ def traced_source(src: str, diag: int = 0) -> str:
     stamp = "_trace_now()"
     src = _sub(src, r"^    @gluon\.jit\n    def _tile_coords\(", _HELPERS + r"\g<0>")
     # the trace buffer through every signature and call of the chain (entries, body, partitions, consumers)
-    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=16)
+    src = _sub(src, r"S, n_ga_m, P_GA,", "S, n_ga_m, P_GA, trace_ptr,", count=14)
     # ... and into the loader, which stamps each tile's first fill as its loads leave (v25)
     src = _sub(src, r"^        M, n_ga_m, P_GA,\n", "        M, n_ga_m, P_GA, trace_ptr,\n")
     src = _sub(src, r"empty, M, n_ga_m, P_GA, GA_FIRST", "empty, M, n_ga_m, P_GA, trace_ptr, GA_FIRST")
@@ -203,7 +203,7 @@ def traced_source(src: str, diag: int = 0) -> str:
         count=5,
     )
     # the program's entry (before its barriers' init) and each consumer warpgroup's exit (after its last store_wait)
-    src = _sub(src, r'^( +)partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
+    src = _sub(src, r'^( +)\S.*partition is consumer 0\)\."""\n', r"\g<0>\1_trace_program(trace_ptr, 0, 0)\n")
     # where the prologue goes (v24): the barriers' init done, the loader partition's start, consumer 0's start
     src = _sub(src, r"^( +)# \(the argument tuples are written out", r"\1_trace_program(trace_ptr, 0, 1)\n\g<0>")
     src = _sub(src, r"^( +)_loader\(go_a, w_b, go_t, x_b, a_ring,", r"\1_trace_program(trace_ptr, 0, 2)\n\g<0>")

@@ -286,6 +286,20 @@ def test_a_bad_override_of_the_compile_diagnostic_is_one_line_and_exit_2() -> No
 
 
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
+def test_the_compile_diagnostic_says_when_a_ring_is_too_deep_to_launch() -> None:
+    """A ring that compiles but needs more shared memory than an sm_90 program may have (7 cooperative stages of
+    128x128 blocks beside the two epilogue buffers) is said to be over it; the table's entry is not."""
+    out = run_script("scripts/diag_gluon.py", "1024", "--set", "stages=7")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (
+        f"OVER the {H200_SHARED_MAX} B" in out.stdout
+        and int(re.search(r"shared (\d+) B", out.stdout).group(1)) > H200_SHARED_MAX
+    )
+    entry = run_script("scripts/diag_gluon.py", "1024")
+    assert entry.returncode == 0 and "shared " in entry.stdout and "OVER" not in entry.stdout, entry.stdout
+
+
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas is not installed")
 def test_every_table_entry_compiles_for_sm90_without_spills() -> None:
     """Every table entry, enabled or not, compiled for sm_90 by scripts/diag_gluon.py as its launch would be."""
     out = run_script("scripts/diag_gluon.py", *map(str, gb.GLUON_TABLE))
@@ -335,7 +349,7 @@ def test_an_inline_ptx_read_of_the_thread_index_puts_waterfall_loops_in_the_kern
         mbarrier.arrive(empty.index(prev), count=1, pred=first != 0)
 
     monkeypatch.setattr(gb, "_release_held", release_by_tid)
-    callers = (gb._consumer_pp, gb._consumer_part, gb._consumer0, gb._consumer1, gb._gluon_body)
+    callers = (gb._consumer_pp, gb._consumer_part, gb._consumer0, gb._consumer1)
     for caller in (*callers, gb.gluon_bwd_kernel_host_desc):
         monkeypatch.setattr(caller, "hash", None)  # Triton's memoised source hashes: compiled afresh, not cached
     assert diag.waterfalls(diag.compile_for(256, 128, PP)[1].asm["cubin"]) > 0
