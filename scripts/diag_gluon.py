@@ -110,9 +110,9 @@ SHARED_MAX = 232448  # bytes of shared memory one program (block) may use on sm_
 def describe(m: int, s: int, cfg: gb.GluonConfig) -> str:
     plan, k = compile_for(m, s, cfg)
     ptx = k.asm["ptx"]
-    over = f" (OVER the {SHARED_MAX} B a program may have on sm_90: it cannot launch)" * (
-        k.metadata.shared > SHARED_MAX
-    )
+    over = ""
+    if k.metadata.shared > SHARED_MAX:
+        over = f" (OVER the {SHARED_MAX} B a program may have on sm_90: it cannot launch)"
     return (
         f"M={m:<5} S={s:<5} gluon {cfg.ga_bm}x{cfg.ga_bn}|{cfg.gw_bm}x{cfg.gw_bn} stages {cfg.stages} "
         f"plan p_ga={plan.p_ga} programs={plan.programs}: shared {k.metadata.shared} B{over}, "
