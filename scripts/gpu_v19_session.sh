@@ -5,7 +5,7 @@
 # Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench] [confirm] [floor]   (no step named: the
 # first four; confirm: tests and bench only if the sweep's selection, $OUT/select.json, moved a bucket off its
 # baseline; floor: kernel/NOTES.md item 39's Next 1, the floor's loop and clock at M = 1024 and 2048 beside the
-# trace of the table's entry at M = 1024)
+# trace of the table's entry at M = 1024; any other word: one line on stderr, exit 2, nothing run)
 # Environment: SWEEP_ARGS (more arguments of the sweep: --only NAMES, --timed B,S ...), TAG (the logs' prefix,
 # default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
@@ -13,10 +13,16 @@ if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and not
   exit 0
 fi
 set -u
+steps=${*:-sweep apply tests bench}
+for step in $steps; do  # a misspelt step is named before anything runs: a device call is too dear to spend on nothing
+  case $step in
+    sweep | apply | tests | bench | confirm | floor) ;;
+    *) echo "gpu_v19_session.sh: no step '$step' (steps: sweep apply tests bench confirm floor)" >&2; exit 2 ;;
+  esac
+done
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 TAG=${TAG:-v19}
-steps=${*:-sweep apply tests bench}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 for step in $steps; do

@@ -116,3 +116,16 @@ def test_shell_script_prints_its_header_and_runs_nothing(
     assert proc.stdout == header, "--help prints the header comment, all of it and only it"
     assert not log.exists(), f"{script.name} {flag} ran: {log.read_text()}"
     assert not out.exists(), f"{script.name} {flag} made its output folder"
+
+
+def test_the_gluon_session_names_a_misspelt_step_and_runs_nothing(stand_ins: tuple[Path, Path], tmp_path: Path) -> None:
+    """A device call is spent by the time a typo shows: the session script checks every step's name first, says the
+    bad one in one line, exits 2, and runs no command (not even nvidia-smi) nor makes its output folder."""
+    folder, log = stand_ins
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}", "OUT": str(out)}
+    proc = _run(["bash", "scripts/gpu_v19_session.sh", "tests", "bnech"], env, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and "'bnech'" in proc.stderr, proc.stderr
+    assert not log.exists(), log.read_text()
+    assert not out.exists()
