@@ -13,8 +13,16 @@ its outputs can only be slower, and its clock no higher (the loop alone draws le
 timer and SM clock at its start and end, five launches after a flush): its time a step and the SM clock it ran at,
 to set against the table's kernel's loops in the trace (``scripts/diag_gluon_timeline.py``'s MHz).
 
+``--io`` adds the floor with what no kernel can leave out (item 41): ``io_floor_loop``, one 8-warp program an SM (the
+cooperative kernel's two warpgroups on one 128x128 tile), its first two K-steps' blocks of its own grad_attn tile
+loaded by TMA from the iteration's cold grad_output and weight (the 384 KB of distinct lines a K-step at M = 1024),
+the same MMAs from shared memory, then its 128x128 tile stored as bf16 through shared memory by TMA into the
+iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans; stamped: the first data's wait
+from the entry, the loop's time a step and clock, the store's.
+
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
+             PYTHONPATH=.:scripts python scripts/diag_floor.py --compile-only   (the io floor for sm_90, no GPU)
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--target", type=float, default=0.80, help="the issue's ratio to cuBLAS, printed against")
     ap.add_argument("--plan-only", action="store_true", help="print each plan's steps a program (no GPU)")
+    ap.add_argument("--io", action="store_true", help="also the floor with the first fill and the last tile's store")
+    ap.add_argument("--compile-only", action="store_true", help="compile the io floor for sm_90 here (no GPU)")
     ap.add_argument("--watchdog-s", type=float, default=240, help="dump every thread's stack and leave after this")
     return ap.parse_args(argv)
 
@@ -39,6 +49,16 @@ if __name__ == "__main__":  # --help answers before torch and Triton load
     ARGS = parse_args()
 
 import torch  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 
 from kernel import gluon_backward as gb  # noqa: E402
 from kernel.configs import bucket_for  # noqa: E402
@@ -77,6 +97,82 @@ def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
     return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
 
 
+@gluon.jit
+def _stamp():
+    """(global timer ns, SM clock), read together."""
+    return gl.inline_asm_elementwise(
+        "mov.u64 $0, %globaltimer; mov.u64 $1, %clock64;", "=l,=l", [], dtype=(gl.int64, gl.int64), is_pure=False,
+        pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, stamps_ptr, STAMP: gl.constexpr):
+    """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
+    its grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two stages, then
+    ``steps`` 128x128x64 MMAs from them, one group in flight (the floor's loop), then the tile stored as bf16 through
+    shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor). ``STAMP``: six
+    int64 a program (entry, first data, first data's clock, loop end, loop end's clock, stored)."""
+    dtype: gl.constexpr = a_desc.dtype
+    pid = gl.program_id(0)
+    t_entry, c_entry = _stamp()
+    row = (pid % n_row) * 128
+    col = ((pid // n_row) % 16) * 128
+    a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
+    b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
+    c_s = gl.allocate_shared_memory(dtype, [128, 128], c_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=1)
+    mbarrier.init(bars.index(1), count=1)
+    fence_async_shared()
+    for f in gl.static_range(2):
+        bar = bars.index(f)
+        mbarrier.expect(bar, 2 * 128 * 64 * 2)
+        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
+        for j in gl.static_range(2):
+            tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
+    mbarrier.wait(bars.index(0), 0)
+    t_data, c_data = _stamp()
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]
+    )
+    acc = gl.zeros([128, 128], gl.float32, acc_layout)
+    for i in range(steps):
+        s = i % 2
+        if i == 1:
+            mbarrier.wait(bars.index(1), 0)
+        acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    t_loop, c_loop = _stamp()
+    c_s.store(acc.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    for j in gl.static_range(2):
+        tma.async_copy_shared_to_global(
+            c_desc, [(pid % 16) * 128, (pid // 16) * 128 + j * 64], c_s.slice(j * 64, 64, dim=1)
+        )
+    tma.store_wait(0)
+    t_end, _ = _stamp()
+    if STAMP:
+        base = stamps_ptr + pid * 6
+        gl.store(base, t_entry)
+        gl.store(base + 1, t_data)
+        gl.store(base + 2, c_data - c_entry)
+        gl.store(base + 3, t_loop)
+        gl.store(base + 4, c_loop - c_data)
+        gl.store(base + 5, t_end)
+
+
+def io_floor_args(go: torch.Tensor, w: torch.Tensor, gw: torch.Tensor) -> tuple:
+    """``io_floor_loop``'s descriptors: grad_output's (M, 2048) rows and the output's in [128, 64] boxes, weight's in
+    [64, 64] boxes."""
+    wide = gl.NVMMASharedLayout.get_default_for([128, 64], gl.bfloat16)
+    a = TensorDescriptor.from_tensor(go.reshape(-1, HIDDEN), [128, 64], wide)
+    b = TensorDescriptor.from_tensor(w, [64, 64], gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16))
+    return a, b, TensorDescriptor.from_tensor(gw, [128, 64], wide)
+
+
 def floor_fn(busy: int, steps: int):
     """The floor's launch as the timed call: ``fn(go, x, w, out=...)`` runs the MMA loop on 2 x ``busy`` warpgroup
     programs (two an SM) of ``steps`` steps each, its operands loaded once from the iteration's grad_output."""
@@ -88,6 +184,63 @@ def floor_fn(busy: int, steps: int):
         wgmma_loop[(2 * busy,)](go.view(-1, HIDDEN), sums, steps, BN=128, A_MN=False, DEPTH=1, NACC=1, num_warps=4)
 
     return fn
+
+
+def io_fn(busy: int, steps: int, n_row: int, stamps: torch.Tensor | None = None):
+    """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps`` steps,
+    its tile stored into the iteration's ``gw``; stamped into ``stamps`` (busy x 6) when given."""
+
+    def fn(go, x, w, out=None):
+        a, b, c = io_floor_args(go, w, out[1])
+        st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
+        io_floor_loop[(busy,)](a, b, c, steps, n_row, st, STAMP=stamps is not None, num_warps=8)
+
+    return fn
+
+
+def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> str:
+    """The io floor stamped in one launch per input set after a flush: medians over the launches of the programs'
+    medians: the first data from the program's entry, the loop's us a step and MHz, the store; and the launch's span
+    from the first entry to the last store."""
+    stamps = torch.zeros(busy, 6, dtype=torch.int64, device="cuda")
+    fn = io_fn(busy, steps, n_row, stamps)
+    first, step, mhz, store, span = [], [], [], [], []
+    for args, kwargs in sets:
+        flush.fill_(0x5A)
+        fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        st = stamps.double()
+        loop_ns = st[:, 3] - st[:, 1]
+        first.append(float((st[:, 1] - st[:, 0]).median()) / 1e3)
+        step.append(float(loop_ns.median()) / 1e3 / steps)
+        mhz.append(float((st[:, 4] / loop_ns).median()) * 1e3)
+        store.append(float((st[:, 5] - st[:, 3]).median()) / 1e3)
+        span.append(float(st[:, 5].max() - st[:, 0].min()) / 1e3)
+    med = statistics.median
+    return (
+        f"first data {med(first):.2f} us from the entry, loop {med(step):.3f} us a step at {med(mhz):.0f} MHz, "
+        f"store {med(store):.2f} us, span {med(span):.2f} us"
+    )
+
+
+def compile_only() -> None:
+    """The io floor compiled for sm_90 without a GPU, stamped and not: shared memory, the PTX's warpgroup MMAs, TMA
+    loads and stores and clock reads, registers and spills."""
+    from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
+
+    go = torch.empty(1024, HIDDEN, dtype=torch.bfloat16)
+    w = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
+    stamps = torch.empty(128, 6, dtype=torch.int64)
+    for stamp in (False, True):
+        k = compile_sm90(io_floor_loop, (*io_floor_args(go, w, gw), 64, 8, stamps), {"STAMP": stamp, "num_warps": 8})
+        ptx = k.asm["ptx"]
+        print(
+            f"io_floor{'_stamp' if stamp else ''} shared {k.metadata.shared} B, wgmma in PTX "
+            f"{ptx.count('wgmma.mma_async')}, TMA loads {ptx.count('cp.async.bulk.tensor.2d.shared')}, TMA stores "
+            f"{ptx.count('cp.async.bulk.tensor.2d.global')}, globaltimer {ptx.count('%globaltimer')}, clock64 "
+            f"{ptx.count('%clock64')}, {_resource_usage(k.asm['cubin'])}"
+        )
 
 
 def loop_clock(busy: int, steps: int, sets, flush: torch.Tensor) -> tuple[float, float]:
@@ -118,11 +271,14 @@ def main() -> None:
         for m in ms:
             print(f"M={m}: {plans(m, 132)} (total {total_steps(m)} steps)")
         return
+    if ARGS.compile_only:
+        compile_only()
+        return
     import faulthandler
     import sys
 
     if not torch.cuda.is_available():
-        print("diag_floor: no CUDA device here (--plan-only runs without one)", file=sys.stderr)
+        print("diag_floor: no CUDA device here (--plan-only and --compile-only run without one)", file=sys.stderr)
         sys.exit(2)
 
     faulthandler.dump_traceback_later(ARGS.watchdog_s, exit=True)  # a hang says where it is
@@ -165,6 +321,18 @@ def main() -> None:
             f"{s[2]:.1f} ({s[0]} x {s[1]}) | {s[2] / cb:.3f} | {step:.3f} at {mhz:.0f} MHz |",
             flush=True,
         )
+        if ARGS.io:
+            n_row = math.ceil(m / 128)
+            io = {
+                name: t(io_fn(busy, steps, n_row), True, f"io floor {name}")
+                for name, (busy, steps, _) in floors.items()
+            }
+            detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush)
+            print(
+                f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
+                f"{io['split']:.1f} ({io['split'] / cb:.3f}); whole, stamped: {detail}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -247,6 +247,21 @@ def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypat
     assert diag_floor.plans(512, 132)["whole"] == (128, 32)  # partitioned: 64 x one grad_attn, 64 x four grad_weight
 
 
+def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_its_tile() -> None:
+    """scripts/diag_floor.py --io (kernel/NOTES.md item 41): the floor with what no kernel can leave out compiles for
+    sm_90 here: two K-steps' blocks loaded by TMA (one A box and B's two 64-column boxes each), the floor's four k16
+    warpgroup MMAs a step, the 128x128 tile stored by two TMA stores, the stamps' six reads of the timer and the
+    clock (the first data, the loop's ends, the store), no spills, one program within an SM's shared memory."""
+    out = run_script("scripts/diag_floor.py", "--compile-only")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
+    assert set(rows) == {"io_floor", "io_floor_stamp"}, out.stdout
+    for line in rows.values():
+        assert "wgmma in PTX 4, TMA loads 6, TMA stores 2, globaltimer 4, clock64 4," in line, line
+        assert "stack 0, local 0" in line, line
+        assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
+
+
 def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
     """scripts/diag_floor.py on a machine without a CUDA device: one line saying so (and what runs without one),
     exit 2, no traceback."""
@@ -256,4 +271,6 @@ def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
         pytest.skip("a CUDA device is here: the script would measure")
     out = run_script("scripts/diag_floor.py", "--ms", "1024")
     assert out.returncode == 2, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines() == ["diag_floor: no CUDA device here (--plan-only runs without one)"]
+    assert out.stderr.strip().splitlines() == [
+        "diag_floor: no CUDA device here (--plan-only and --compile-only run without one)"
+    ]
