@@ -107,12 +107,28 @@ def _stamp():
 
 
 @gluon.jit
-def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, stamps_ptr, STAMP: gl.constexpr):
+def _store_tile(c_desc, c_s, acc, pid):
+    """A 128x128 tile's accumulator stored as bf16 through ``c_s`` by two TMA stores, once the last tile's have read
+    ``c_s``."""
+    tma.store_wait(0)
+    c_s.store(acc.to(c_desc.dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    for j in gl.static_range(2):
+        tma.async_copy_shared_to_global(
+            c_desc, [(pid % 16) * 128, (pid // 16) * 128 + j * 64], c_s.slice(j * 64, 64, dim=1)
+        )
+
+
+@gluon.jit
+def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, stamps_ptr, STAMP: gl.constexpr):
     """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
     its grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two stages, then
     ``steps`` 128x128x64 MMAs from them, one group in flight (the floor's loop), then the tile stored as bf16 through
-    shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor). ``STAMP``: six
-    int64 a program (entry, first data, first data's clock, loop end, loop end's clock, stored)."""
+    shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor). ``first`` > 0:
+    the steps are tiles (``first`` steps, then ``every`` each), and at each boundary the finished tile is stored as
+    the last one is before the next tile's first MMA (a whole-tile plan's handoff, its data already in). ``STAMP``:
+    six int64 a program (entry, first data, first data's clock, loop end, loop end's clock, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, c_entry = _stamp()
@@ -136,22 +152,31 @@ def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, stamps_ptr, STAMP: gl.co
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]
     )
-    acc = gl.zeros([128, 128], gl.float32, acc_layout)
-    for i in range(steps):
-        s = i % 2
-        if i == 1:
-            mbarrier.wait(bars.index(1), 0)
-        acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(1, deps=(acc,))
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    t_loop, c_loop = _stamp()
-    c_s.store(acc.to(dtype))
-    fence_async_shared()
-    gl.thread_barrier()
-    for j in gl.static_range(2):
-        tma.async_copy_shared_to_global(
-            c_desc, [(pid % 16) * 128, (pid // 16) * 128 + j * 64], c_s.slice(j * 64, 64, dim=1)
-        )
+    # the tiles' loops one inside the other, the boundary's store between them: an accumulator reset inside the MMA
+    # loop makes ptxas serialise every wgmma (its C7515), 45 % more time a step (docs/h100/v42b_floor_io.log)
+    n_tiles = 1
+    if first > 0:
+        n_tiles = 1 + (steps - first) // every
+    i = 0
+    t_loop, c_loop = t_data, c_data  # (the last tile's loop end, stamped below)
+    for t in range(n_tiles):
+        length = steps
+        if first > 0:
+            length = every
+            if t == 0:
+                length = first
+        acc = gl.zeros([128, 128], gl.float32, acc_layout)
+        for _k in range(length):
+            s = i % 2
+            if i == 1:
+                mbarrier.wait(bars.index(1), 0)
+            acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            i += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        if t == n_tiles - 1:
+            t_loop, c_loop = _stamp()
+        _store_tile(c_desc, c_s, acc, pid)
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
@@ -186,14 +211,15 @@ def floor_fn(busy: int, steps: int):
     return fn
 
 
-def io_fn(busy: int, steps: int, n_row: int, stamps: torch.Tensor | None = None):
+def io_fn(busy: int, steps: int, n_row: int, tiles: tuple[int, int] = (0, 0), stamps: torch.Tensor | None = None):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps`` steps,
-    its tile stored into the iteration's ``gw``; stamped into ``stamps`` (busy x 6) when given."""
+    its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps cut into tiles, each stored at
+    its end ((0, 0): one tile); stamped into ``stamps`` (busy x 6) when given."""
 
     def fn(go, x, w, out=None):
         a, b, c = io_floor_args(go, w, out[1])
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
-        io_floor_loop[(busy,)](a, b, c, steps, n_row, st, STAMP=stamps is not None, num_warps=8)
+        io_floor_loop[(busy,)](a, b, c, steps, n_row, *tiles, st, STAMP=stamps is not None, num_warps=8)
 
     return fn
 
@@ -203,7 +229,7 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> s
     medians: the first data from the program's entry, the loop's us a step and MHz, the store; and the launch's span
     from the first entry to the last store."""
     stamps = torch.zeros(busy, 6, dtype=torch.int64, device="cuda")
-    fn = io_fn(busy, steps, n_row, stamps)
+    fn = io_fn(busy, steps, n_row, stamps=stamps)
     first, step, mhz, store, span = [], [], [], [], []
     for args, kwargs in sets:
         flush.fill_(0x5A)
@@ -233,7 +259,8 @@ def compile_only() -> None:
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     stamps = torch.empty(128, 6, dtype=torch.int64)
     for stamp in (False, True):
-        k = compile_sm90(io_floor_loop, (*io_floor_args(go, w, gw), 64, 8, stamps), {"STAMP": stamp, "num_warps": 8})
+        args = (*io_floor_args(go, w, gw), 64, 8, 32, 16, stamps)
+        k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "num_warps": 8})
         ptx = k.asm["ptx"]
         print(
             f"io_floor{'_stamp' if stamp else ''} shared {k.metadata.shared} B, wgmma in PTX "
@@ -327,10 +354,13 @@ def main() -> None:
                 name: t(io_fn(busy, steps, n_row), True, f"io floor {name}")
                 for name, (busy, steps, _) in floors.items()
             }
+            tiles = (HIDDEN // STEP, math.ceil(m / STEP))  # the table's plan: grad_attn tiles, then grad_weight ones
+            io["tiles"] = t(io_fn(w[0], w[1], n_row, tiles), True, "io floor whole, in the plan's tiles")
             detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush)
             print(
                 f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
-                f"{io['split']:.1f} ({io['split'] / cb:.3f}); whole, stamped: {detail}",
+                f"{io['split']:.1f} ({io['split'] / cb:.3f}), whole in the plan's tiles (a boundary after {tiles[0]} "
+                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}); whole, stamped: {detail}",
                 flush=True,
             )
 
