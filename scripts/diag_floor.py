@@ -49,6 +49,7 @@ if __name__ == "__main__":  # --help answers before torch and Triton load
     ARGS = parse_args()
 
 import torch  # noqa: E402
+from diag_wgmma_ceiling import _stamp  # noqa: E402  (scripts/ is on the path when this runs as a script)
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
@@ -95,15 +96,6 @@ def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
             steps += len(range(p, plan.n_gw, plan.programs)) * per_tile["gw"]
         busiest = max(busiest, steps)
     return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
-
-
-@gluon.jit
-def _stamp():
-    """(global timer ns, SM clock), read together."""
-    return gl.inline_asm_elementwise(
-        "mov.u64 $0, %globaltimer; mov.u64 $1, %clock64;", "=l,=l", [], dtype=(gl.int64, gl.int64), is_pure=False,
-        pack=1,
-    )  # fmt: skip
 
 
 @gluon.jit
