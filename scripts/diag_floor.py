@@ -17,8 +17,9 @@ to set against the table's kernel's loops in the trace (``scripts/diag_gluon_tim
 cooperative kernel's two warpgroups on one 128x128 tile), its first two K-steps' blocks of its own grad_attn tile
 loaded by TMA from the iteration's cold grad_output and weight (the 384 KB of distinct lines a K-step at M = 1024),
 the same MMAs from shared memory, then its 128x128 tile stored as bf16 through shared memory by TMA into the
-iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans; stamped: the first data's wait
-from the entry, the loop's time a step and clock, the store's.
+iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans and on the whole plan cut into
+its tiles (each stored at its end: the plan's boundaries); stamped: the first data's wait from the entry, the loop's
+time a step and clock, the store's.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -120,10 +121,10 @@ def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, stamps_ptr
     shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor). ``first`` > 0:
     the steps are tiles (``first`` steps, then ``every`` each), and at each boundary the finished tile is stored as
     the last one is before the next tile's first MMA (a whole-tile plan's handoff, its data already in). ``STAMP``:
-    six int64 a program (entry, first data, first data's clock, loop end, loop end's clock, stored)."""
+    five int64 a program (entry, first data, loop end, the loop's clocks, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
-    t_entry, c_entry = _stamp()
+    t_entry, _ = _stamp()
     row = (pid % n_row) * 128
     col = ((pid // n_row) % 16) * 128
     a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
@@ -172,13 +173,12 @@ def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, stamps_ptr
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
-        base = stamps_ptr + pid * 6
+        base = stamps_ptr + pid * 5
         gl.store(base, t_entry)
         gl.store(base + 1, t_data)
-        gl.store(base + 2, c_data - c_entry)
-        gl.store(base + 3, t_loop)
-        gl.store(base + 4, c_loop - c_data)
-        gl.store(base + 5, t_end)
+        gl.store(base + 2, t_loop)
+        gl.store(base + 3, c_loop - c_data)
+        gl.store(base + 4, t_end)
 
 
 def io_floor_args(go: torch.Tensor, w: torch.Tensor, gw: torch.Tensor) -> tuple:
@@ -206,7 +206,10 @@ def floor_fn(busy: int, steps: int):
 def io_fn(busy: int, steps: int, n_row: int, tiles: tuple[int, int] = (0, 0), stamps: torch.Tensor | None = None):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps`` steps,
     its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps cut into tiles, each stored at
-    its end ((0, 0): one tile); stamped into ``stamps`` (busy x 6) when given."""
+    its end ((0, 0): one tile); stamped into ``stamps`` (busy x 5) when given."""
+    first, every = tiles
+    if first and (first > steps or every <= 0 or (steps - first) % every):
+        raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
 
     def fn(go, x, w, out=None):
         a, b, c = io_floor_args(go, w, out[1])
@@ -220,7 +223,7 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> s
     """The io floor stamped in one launch per input set after a flush: medians over the launches of the programs'
     medians: the first data from the program's entry, the loop's us a step and MHz, the store; and the launch's span
     from the first entry to the last store."""
-    stamps = torch.zeros(busy, 6, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(busy, 5, dtype=torch.int64, device="cuda")
     fn = io_fn(busy, steps, n_row, stamps=stamps)
     first, step, mhz, store, span = [], [], [], [], []
     for args, kwargs in sets:
@@ -228,12 +231,12 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> s
         fn(*args, **kwargs)
         torch.cuda.synchronize()
         st = stamps.double()
-        loop_ns = st[:, 3] - st[:, 1]
+        loop_ns = st[:, 2] - st[:, 1]
         first.append(float((st[:, 1] - st[:, 0]).median()) / 1e3)
         step.append(float(loop_ns.median()) / 1e3 / steps)
-        mhz.append(float((st[:, 4] / loop_ns).median()) * 1e3)
-        store.append(float((st[:, 5] - st[:, 3]).median()) / 1e3)
-        span.append(float(st[:, 5].max() - st[:, 0].min()) / 1e3)
+        mhz.append(float((st[:, 3] / loop_ns).median()) * 1e3)
+        store.append(float((st[:, 4] - st[:, 2]).median()) / 1e3)
+        span.append(float(st[:, 4].max() - st[:, 0].min()) / 1e3)
     med = statistics.median
     return (
         f"first data {med(first):.2f} us from the entry, loop {med(step):.3f} us a step at {med(mhz):.0f} MHz, "
@@ -249,7 +252,7 @@ def compile_only() -> None:
     go = torch.empty(1024, HIDDEN, dtype=torch.bfloat16)
     w = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
-    stamps = torch.empty(128, 6, dtype=torch.int64)
+    stamps = torch.empty(128, 5, dtype=torch.int64)
     for stamp in (False, True):
         args = (*io_floor_args(go, w, gw), 64, 8, 32, 16, stamps)
         k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "num_warps": 8})

@@ -266,6 +266,19 @@ def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
 
 
+def test_the_io_floor_refuses_tiles_that_do_not_cut_its_steps_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The io floor's tiles (the first tile's steps, then every later tile's) must cover its steps exactly: a cut
+    that leaves steps over would time fewer MMAs than the plan runs, so it is refused before any launch, naming it."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_floor
+
+    for tiles in ((0, 0), (32, 16), (64, 16)):  # one tile; the table's plan at M = 1024; one tile of 64 steps
+        assert callable(diag_floor.io_fn(128, 64, 8, tiles))
+    for tiles in ((32, 24), (70, 16), (32, 0)):
+        with pytest.raises(ValueError, match=rf"tiles \({tiles[0]}, {tiles[1]}\): 64 steps are not"):
+            diag_floor.io_fn(128, 64, 8, tiles)
+
+
 def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
     """The io floor is a floor only while its MMAs run as the kernel's do: one group in flight. Its first version
     reset the accumulator inside the MMA loop at a tile boundary, ptxas serialised every wgmma (advisory C7515) and
