@@ -100,65 +100,67 @@ def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
 
 
 @gluon.jit
-def _store_tile(c_desc, c_s, acc, pid):
-    """A 128x128 tile's accumulator stored as bf16 through ``c_s`` by two TMA stores, once the last tile's have read
-    ``c_s``."""
+def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr):
+    """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores, once the last tile's have
+    read ``c_s``."""
     tma.store_wait(0)
     c_s.store(acc.to(c_desc.dtype))
     fence_async_shared()
     gl.thread_barrier()
-    for j in gl.static_range(2):
+    for j in gl.static_range(BN // 64):
         tma.async_copy_shared_to_global(
-            c_desc, [(pid % 16) * 128, (pid // 16) * 128 + j * 64], c_s.slice(j * 64, 64, dim=1)
+            c_desc, [(pid % 16) * 128, (pid // 16) * BN + j * 64], c_s.slice(j * 64, 64, dim=1)
         )
 
 
 @gluon.jit
-def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, stamps_ptr, STAMP: gl.constexpr):
+def io_floor_loop(
+    a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, stamps_ptr, STAMP: gl.constexpr, BN: gl.constexpr
+):
     """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
-    its grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two stages, then
-    ``steps`` 128x128x64 MMAs from them, one group in flight (the floor's loop), then the tile stored as bf16 through
-    shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor). ``first`` > 0:
-    the steps are tiles (``first`` steps, then ``every`` each), and at each boundary the finished tile is stored as
-    the last one is before the next tile's first MMA (a whole-tile plan's handoff, its data already in). ``STAMP``:
-    five int64 a program (entry, first data, loop end, the loop's clocks, stored)."""
+    its 128xBN grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two
+    stages, then ``steps`` 128xBNx64 MMAs from them, one group in flight (the floor's loop), then the tile stored as
+    bf16 through shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor).
+    ``first`` > 0: the steps of programs from ``cut_from`` on are tiles (``first`` steps, then ``every`` each), and at
+    each boundary the finished tile is stored as the last one is before the next tile's first MMA (a whole-tile
+    plan's handoff, its data already in). ``STAMP``: five int64 a program (entry, first data, loop end, the loop's
+    clocks, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
     row = (pid % n_row) * 128
-    col = ((pid // n_row) % 16) * 128
+    col = ((pid // n_row) % (2048 // BN)) * BN
     a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
-    b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
-    c_s = gl.allocate_shared_memory(dtype, [128, 128], c_desc.layout)
+    b_s = gl.allocate_shared_memory(dtype, [2, 64, BN], b_desc.layout)
+    c_s = gl.allocate_shared_memory(dtype, [128, BN], c_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     mbarrier.init(bars.index(1), count=1)
     fence_async_shared()
     for f in gl.static_range(2):
         bar = bars.index(f)
-        mbarrier.expect(bar, 2 * 128 * 64 * 2)
+        mbarrier.expect(bar, (128 + BN) * 64 * 2)
         tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
-        for j in gl.static_range(2):
+        for j in gl.static_range(BN // 64):
             tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
     mbarrier.wait(bars.index(0), 0)
     t_data, c_data = _stamp()
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]
-    )
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, BN, 16])
     # the tiles' loops one inside the other, the boundary's store between them: an accumulator reset inside the MMA
     # loop makes ptxas serialise every wgmma (its C7515), 45 % more time a step (docs/h100/v42b_floor_io.log)
+    cut = first > 0 and pid >= cut_from
     n_tiles = 1
-    if first > 0:
+    if cut:
         n_tiles = 1 + (steps - first) // every
     i = 0
     t_loop, c_loop = t_data, c_data  # (the last tile's loop end, stamped below)
     for t in range(n_tiles):
         length = steps
-        if first > 0:
+        if cut:
             length = every
             if t == 0:
                 length = first
-        acc = gl.zeros([128, 128], gl.float32, acc_layout)
+        acc = gl.zeros([128, BN], gl.float32, acc_layout)
         for _k in range(length):
             s = i % 2
             if i == 1:
@@ -169,7 +171,7 @@ def io_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, stamps_ptr
         acc = warpgroup_mma_wait(0, deps=(acc,))
         if t == n_tiles - 1:
             t_loop, c_loop = _stamp()
-        _store_tile(c_desc, c_s, acc, pid)
+        _store_tile(c_desc, c_s, acc, pid, BN)
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
@@ -203,28 +205,63 @@ def floor_fn(busy: int, steps: int):
     return fn
 
 
-def io_fn(busy: int, steps: int, n_row: int, tiles: tuple[int, int] = (0, 0), stamps: torch.Tensor | None = None):
-    """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps`` steps,
-    its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps cut into tiles, each stored at
-    its end ((0, 0): one tile); stamped into ``stamps`` (busy x 5) when given."""
+def io_fn(
+    busy: int,
+    steps: int,
+    n_row: int,
+    tiles: tuple[int, int] = (0, 0),
+    stamps: torch.Tensor | None = None,
+    bn: int = 128,
+    cut_from: int = 0,
+):
+    """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
+    128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
+    ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); stamped into ``stamps``
+    (busy x 5) when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
+    if bn not in (128, 256) or math.ceil(busy / 16) * bn > HIDDEN:
+        raise ValueError(f"bn {bn} on {busy} programs: tiles of 128 or 256 columns, all within grad_weight")
 
     def fn(go, x, w, out=None):
         a, b, c = io_floor_args(go, w, out[1])
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
-        io_floor_loop[(busy,)](a, b, c, steps, n_row, *tiles, st, STAMP=stamps is not None, num_warps=8)
+        io_floor_loop[(busy,)](
+            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, num_warps=8
+        )
 
     return fn
 
 
-def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> str:
-    """The io floor stamped in one launch per input set after a flush: medians over the launches of the programs'
-    medians: the first data from the program's entry, the loop's us a step and MHz, the store; and the launch's span
-    from the first entry to the last store."""
+def n256_plan(m: int, sms: int) -> tuple[int, int, int, tuple[int, int]] | None:
+    """The 128x256 whole-tile plan at M rows, partitioned (item 41's Next): ``p_ga`` programs of grad_attn tiles (32
+    128x256x64 steps each), the others of grad_weight tiles (M / 64 each), the split of programs whose busiest
+    program runs the fewest steps, then the fewest programs. As the io floor's launch: (programs, the busiest's
+    steps, ``cut_from`` = p_ga, the grad_weight programs' tiles); None where a grad_attn program would run more than
+    one tile (the io floor cuts only the programs from ``cut_from`` on)."""
+    n_ga, k_ga = math.ceil(m / 128) * (HIDDEN // 256), HIDDEN // STEP
+    n_gw, k_gw = (HIDDEN // 128) * (HIDDEN // 256), math.ceil(m / STEP)
+    best = None
+    for p_ga in range(1, sms):
+        per_ga, per_gw = math.ceil(n_ga / p_ga), math.ceil(n_gw / (sms - p_ga))
+        p_gw = math.ceil(n_gw / per_gw)
+        key = (max(per_ga * k_ga, per_gw * k_gw), p_ga + p_gw)
+        if best is None or key < best[0]:
+            best = (key, p_ga, p_gw, per_ga, per_gw)
+    (steps, busy), p_ga, _, per_ga, per_gw = best
+    if per_ga > 1:
+        return None
+    return busy, steps, p_ga, ((k_gw, k_gw) if per_gw > 1 else (0, 0))
+
+
+def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor, **launch) -> str:
+    """The io floor (``launch``: ``io_fn``'s tiles, bn, cut_from) stamped in one launch per input set after a flush:
+    medians over the launches of the programs' medians: the first data from the program's entry, the loop's us a
+    step (a 128x128x64 step's share) and MHz, the store; and the launch's span from the first entry to the last
+    store."""
     stamps = torch.zeros(busy, 5, dtype=torch.int64, device="cuda")
-    fn = io_fn(busy, steps, n_row, stamps=stamps)
+    fn = io_fn(busy, steps, n_row, stamps=stamps, **launch)
     first, step, mhz, store, span = [], [], [], [], []
     for args, kwargs in sets:
         flush.fill_(0x5A)
@@ -233,7 +270,7 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor) -> s
         st = stamps.double()
         loop_ns = st[:, 2] - st[:, 1]
         first.append(float((st[:, 1] - st[:, 0]).median()) / 1e3)
-        step.append(float(loop_ns.median()) / 1e3 / steps)
+        step.append(float(loop_ns.median()) / 1e3 / steps / (launch.get("bn", 128) // 128))
         mhz.append(float((st[:, 3] / loop_ns).median()) * 1e3)
         store.append(float((st[:, 4] - st[:, 2]).median()) / 1e3)
         span.append(float(st[:, 4].max() - st[:, 0].min()) / 1e3)
@@ -253,16 +290,20 @@ def compile_only() -> None:
     w = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     stamps = torch.empty(128, 5, dtype=torch.int64)
-    for stamp in (False, True):
-        args = (*io_floor_args(go, w, gw), 64, 8, 32, 16, stamps)
-        k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "num_warps": 8})
-        ptx = k.asm["ptx"]
-        print(
-            f"io_floor{'_stamp' if stamp else ''} shared {k.metadata.shared} B, wgmma in PTX "
-            f"{ptx.count('wgmma.mma_async')}, TMA loads {ptx.count('cp.async.bulk.tensor.2d.shared')}, TMA stores "
-            f"{ptx.count('cp.async.bulk.tensor.2d.global')}, globaltimer {ptx.count('%globaltimer')}, clock64 "
-            f"{ptx.count('%clock64')}, {_resource_usage(k.asm['cubin'])}"
-        )
+    # (the table's 128x128 plan at M = 1024: 64 steps, a boundary after 32 and every 16; the 128x256 plan's: 32
+    # steps, programs 64 and later cut after 16)
+    for bn, steps, tiles, cut_from in ((128, 64, (32, 16), 0), (256, 32, (16, 16), 64)):
+        for stamp in (False, True):
+            args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
+            k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "num_warps": 8})
+            ptx = k.asm["ptx"]
+            name = f"io_floor{'_n256' if bn == 256 else ''}{'_stamp' if stamp else ''}"
+            loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
+            print(
+                f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
+                f"TMA stores {stores}, globaltimer {ptx.count('%globaltimer')}, clock64 {ptx.count('%clock64')}, "
+                f"{_resource_usage(k.asm['cubin'])}"
+            )
 
 
 def loop_clock(busy: int, steps: int, sets, flush: torch.Tensor) -> tuple[float, float]:
@@ -352,10 +393,26 @@ def main() -> None:
             tiles = (HIDDEN // STEP, math.ceil(m / STEP))  # the table's plan: grad_attn tiles, then grad_weight ones
             io["tiles"] = t(io_fn(w[0], w[1], n_row, tiles), True, "io floor whole, in the plan's tiles")
             detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush)
+            detail_tiles = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, tiles=tiles)
             print(
                 f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
                 f"{io['split']:.1f} ({io['split'] / cb:.3f}), whole in the plan's tiles (a boundary after {tiles[0]} "
-                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}); whole, stamped: {detail}",
+                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}); whole, stamped: {detail}; "
+                f"in the plan's tiles, stamped: {detail_tiles}",
+                flush=True,
+            )
+            n256 = n256_plan(m, sms)
+            if n256 is None:
+                print(f"io floor M={m}, the 128x256 plan: its grad_attn programs run several tiles; not floored")
+                continue
+            busy, steps, cut_from, tiles = n256
+            launch = {"tiles": tiles, "bn": 256, "cut_from": cut_from}
+            io["n256"] = t(io_fn(busy, steps, n_row, **launch), True, "io floor, the 128x256 plan")
+            detail = io_stamps(busy, steps, n_row, [make(True) for _ in range(5)], flush, **launch)
+            print(
+                f"io floor M={m}, the 128x256 plan ({busy} programs of {steps} 128x256x64 steps, programs {cut_from} "
+                f"on cut into tiles {tiles}): {io['n256']:.1f} us ({io['n256'] / cb:.3f} x cuBLAS); stamped: "
+                f"{detail}",
                 flush=True,
             )
 

@@ -252,16 +252,18 @@ def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypat
 
 def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_its_tile() -> None:
     """scripts/diag_floor.py --io (kernel/NOTES.md item 41): the floor with what no kernel can leave out compiles for
-    sm_90 here: two K-steps' blocks loaded by TMA (one A box and B's two 64-column boxes each), the floor's four k16
-    warpgroup MMAs a step, a 128x128 tile stored by two TMA stores (at each tile boundary and at the end: one call
-    site), the stamps' reads of the timer and the clock (the entry, the first data, the loop's end, the store), no
-    spills, one program within an SM's shared memory."""
+    sm_90 here, in 128x128 and 128x256 tiles: two K-steps' blocks loaded by TMA (one A box and B's two or four
+    64-column boxes each), four k16 warpgroup MMAs a step (m64n128 or m64n256 a warpgroup), the tile stored by two or
+    four TMA stores (at each tile boundary and at the end: one call site), the stamps' reads of the timer and the
+    clock (the entry, the first data, the loop's end, the store), no spills, one program within an SM's shared
+    memory."""
     out = run_script("scripts/diag_floor.py", "--compile-only")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
-    assert set(rows) == {"io_floor", "io_floor_stamp"}, out.stdout
-    for line in rows.values():
-        assert "wgmma in PTX 4, TMA loads 6, TMA stores 2, globaltimer 4, clock64 4," in line, line
+    assert set(rows) == {"io_floor", "io_floor_stamp", "io_floor_n256", "io_floor_n256_stamp"}, out.stdout
+    for name, line in rows.items():
+        loads, stores = (10, 4) if "n256" in name else (6, 2)
+        assert f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, globaltimer 4, clock64 4," in line, line
         assert "stack 0, local 0" in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
 
@@ -277,30 +279,57 @@ def test_the_io_floor_refuses_tiles_that_do_not_cut_its_steps_exactly(monkeypatc
     for tiles in ((32, 24), (70, 16), (32, 0)):
         with pytest.raises(ValueError, match=rf"tiles \({tiles[0]}, {tiles[1]}\): 64 steps are not"):
             diag_floor.io_fn(128, 64, 8, tiles)
+    assert callable(diag_floor.io_fn(128, 32, 8, (16, 16), bn=256, cut_from=64))  # the 128x256 plan at M = 1024
+    for busy, bn in ((132, 256), (128, 192)):  # 132 tiles of 256 columns leave grad_weight; no 192-column tile
+        with pytest.raises(ValueError, match=rf"bn {bn} on {busy} programs"):
+            diag_floor.io_fn(busy, 32, 8, bn=bn)
+
+
+def test_the_128x256_plan_runs_the_busiest_steps_of_the_128x128_plan_with_half_its_boundaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/diag_floor.py's 128x256 plan (item 41's Next): partitioned, its busiest program runs as many
+    128x128x64-equivalent steps as the table's 128x128 plan (64 at M = 1024) on 128 programs: 64 with one grad_attn
+    tile (no boundary), 64 with two grad_weight tiles (one boundary), where the 128x128 plan has two boundaries in
+    every program; each kind's programs cover its tiles; not floored where grad_attn programs would run several."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_floor
+
+    assert diag_floor.n256_plan(1024, 132) == (128, 32, 64, (16, 16))
+    assert 2 * diag_floor.n256_plan(1024, 132)[1] == diag_floor.plans(1024, 132)["whole"][1]
+    for m in (256, 512, 1024):
+        busy, steps, p_ga, (first, every) = diag_floor.n256_plan(m, 132)
+        ga_tiles, gw_tiles, k_gw = (m // 128) * 8, 128, m // 64
+        assert p_ga >= ga_tiles and steps >= 32, m  # one grad_attn tile (32 steps) a program at most
+        assert (busy - p_ga) * (steps // k_gw) >= gw_tiles and (first, every) in ((0, 0), (k_gw, k_gw)), m
+        assert 2 * busy * steps >= diag_floor.total_steps(m), m
+    assert diag_floor.n256_plan(2048, 132) is None
 
 
 def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
     """The io floor is a floor only while its MMAs run as the kernel's do: one group in flight. Its first version
     reset the accumulator inside the MMA loop at a tile boundary, ptxas serialised every wgmma (advisory C7515) and
     the loop took 0.448 us a step on an H100 against the floor's 0.308 (docs/h100/v42b_floor_io.log). ptxas's own
-    report on its sm_90a PTX, stamped and not: no serialisation advisory, no spill."""
+    report on its sm_90a PTX, in 128x128 and 128x256 tiles, stamped and not: no serialisation advisory, no spill."""
     code = (
         "import sys, torch, diag_floor as d; from diag_gluon import compile_sm90; "
         "from tests.support.sm90 import ptxas_report; "
         "go = torch.empty(1024, 2048, dtype=torch.bfloat16); w = torch.empty(2048, 2048, dtype=torch.bfloat16); "
-        "args = (*d.io_floor_args(go, w, w), 64, 8, 32, 16, torch.empty(1, dtype=torch.int64)); "
-        "[print(ptxas_report(compile_sm90(d.io_floor_loop, args, {'STAMP': st, 'num_warps': 8}).asm['ptx'])) "
-        "for st in (False, True)]"
+        "st_ = torch.empty(1, dtype=torch.int64); "
+        "runs = [((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128), "
+        "((*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), 256)]; "
+        "[print(ptxas_report(compile_sm90(d.io_floor_loop, a, {'STAMP': st, 'BN': bn, 'num_warps': 8}).asm['ptx'])) "
+        "for a, bn in runs for st in (False, True)]"
     )
     env = cuda_env(PYTHONPATH=f"{PROJECT}{os.pathsep}{PROJECT / 'scripts'}")
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 2, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 4, out.stdout[-2000:]
     for advisory in ("C7510", "C7511", "C7514", "C7515", "C7517"):
         assert advisory not in out.stdout, out.stdout[-2000:]
-    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 2, out.stdout[-2000:]
+    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 4, out.stdout[-2000:]
 
 
 def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
