@@ -258,11 +258,17 @@ def n256_plan(m: int, sms: int) -> tuple[int, int, int, tuple[int, int]] | None:
 def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor, **launch) -> str:
     """The io floor (``launch``: ``io_fn``'s tiles, bn, cut_from) stamped in one launch per input set after a flush:
     medians over the launches of the programs' medians: the first data from the program's entry, the loop's us a
-    step (a 128x128x64 step's share) and MHz, the store; and the launch's span from the first entry to the last
-    store."""
+    step (a 128x128x64 step's share) and MHz, the store; the launch's span from the first entry to the last store;
+    and where some programs are cut into tiles and others not, each group's loop (us, from the first data to the last
+    MMA, the boundaries' stores in it) and slowest program (entry to stored): the boundaries' cost side by side."""
     stamps = torch.zeros(busy, 5, dtype=torch.int64, device="cuda")
     fn = io_fn(busy, steps, n_row, stamps=stamps, **launch)
+    cut_from = launch.get("cut_from", 0) if launch.get("tiles", (0, 0))[0] else busy
+    groups = {"uncut": slice(0, cut_from), "cut": slice(cut_from, busy)}
+    groups = {name: rows for name, rows in groups.items() if rows.stop > rows.start}
     first, step, mhz, store, span = [], [], [], [], []
+    loop_us: dict[str, list[float]] = {name: [] for name in groups}
+    slowest: dict[str, list[float]] = {name: [] for name in groups}
     for args, kwargs in sets:
         flush.fill_(0x5A)
         fn(*args, **kwargs)
@@ -274,10 +280,18 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor, **la
         mhz.append(float((st[:, 3] / loop_ns).median()) * 1e3)
         store.append(float((st[:, 4] - st[:, 2]).median()) / 1e3)
         span.append(float(st[:, 4].max() - st[:, 0].min()) / 1e3)
+        for name, rows in groups.items():
+            loop_us[name].append(float(loop_ns[rows].median()) / 1e3)
+            slowest[name].append(float((st[rows, 4] - st[rows, 0]).max()) / 1e3)
     med = statistics.median
+    by_group = ""
+    if len(groups) > 1:
+        by_group = "; " + ", ".join(
+            f"{name} programs: loop {med(loop_us[name]):.2f} us, slowest {med(slowest[name]):.2f} us" for name in groups
+        )
     return (
         f"first data {med(first):.2f} us from the entry, loop {med(step):.3f} us a step at {med(mhz):.0f} MHz, "
-        f"store {med(store):.2f} us, span {med(span):.2f} us"
+        f"store {med(store):.2f} us, span {med(span):.2f} us{by_group}"
     )
 
 
@@ -394,11 +408,15 @@ def main() -> None:
             io["tiles"] = t(io_fn(w[0], w[1], n_row, tiles), True, "io floor whole, in the plan's tiles")
             detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush)
             detail_tiles = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, tiles=tiles)
+            # one boundary: the fewest that the busiest program of a whole-tile plan of 128x128 tiles can have
+            half = (w[1] // 2, w[1] // 2)
+            io["half"] = t(io_fn(w[0], w[1], n_row, half), True, "io floor whole, in two tiles")
             print(
                 f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
                 f"{io['split']:.1f} ({io['split'] / cb:.3f}), whole in the plan's tiles (a boundary after {tiles[0]} "
-                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}); whole, stamped: {detail}; "
-                f"in the plan's tiles, stamped: {detail_tiles}",
+                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}), whole in two tiles (one "
+                f"boundary) {io['half']:.1f} ({io['half'] / cb:.3f}); whole, stamped: {detail}; in the plan's tiles, "
+                f"stamped: {detail_tiles}",
                 flush=True,
             )
             n256 = n256_plan(m, sms)
