@@ -17,9 +17,11 @@ to set against the table's kernel's loops in the trace (``scripts/diag_gluon_tim
 cooperative kernel's two warpgroups on one 128x128 tile), its first two K-steps' blocks of its own grad_attn tile
 loaded by TMA from the iteration's cold grad_output and weight (the 384 KB of distinct lines a K-step at M = 1024),
 the same MMAs from shared memory, then its 128x128 tile stored as bf16 through shared memory by TMA into the
-iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans and on the whole plan cut into
-its tiles (each stored at its end: the plan's boundaries); stamped: the first data's wait from the entry, the loop's
-time a step and clock, the store's.
+iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans, on the whole plan cut into its
+tiles (each stored at its end: the plan's boundaries), on both plans cut in two (one boundary: the fewest a busiest
+program of 128x128 tiles, or of a split plan, can have), and on the 128x256 plan (``n256_plan``: 128x256 tiles, half
+the programs with no boundary); stamped: the first data's wait from the entry, the loop's time a step and clock, the
+store's, and the cut and uncut programs' loops side by side.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -411,11 +413,17 @@ def main() -> None:
             # one boundary: the fewest that the busiest program of a whole-tile plan of 128x128 tiles can have
             half = (w[1] // 2, w[1] // 2)
             io["half"] = t(io_fn(w[0], w[1], n_row, half), True, "io floor whole, in two tiles")
+            # a split plan's program runs a piece of a tile beside another (a boundary or a partial's fix-up): at least
+            # one event; its floor's lower bound, the split's steps in two tiles
+            sp = floors["split"]
+            split_half = (sp[1] - sp[1] // 2, sp[1] // 2)
+            io["split_half"] = t(io_fn(sp[0], sp[1], n_row, split_half), True, "io floor split, in two tiles")
             print(
                 f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
                 f"{io['split']:.1f} ({io['split'] / cb:.3f}), whole in the plan's tiles (a boundary after {tiles[0]} "
                 f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}), whole in two tiles (one "
-                f"boundary) {io['half']:.1f} ({io['half'] / cb:.3f}); whole, stamped: {detail}; in the plan's tiles, "
+                f"boundary) {io['half']:.1f} ({io['half'] / cb:.3f}), split in two tiles {io['split_half']:.1f} "
+                f"({io['split_half'] / cb:.3f}); whole, stamped: {detail}; in the plan's tiles, "
                 f"stamped: {detail_tiles}",
                 flush=True,
             )
