@@ -101,6 +101,34 @@ def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
     return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
 
 
+def plan_tiles(m: int, sms: int) -> tuple[int, tuple[int, int]] | None:
+    """The table's plan at M rows as the io floor's cut: (``cut_from``, (first, every)) in 128x128x64 steps, the
+    busiest program's tiles in the order it runs them. Not partitioned: its grad_attn tiles and grad_weight tiles
+    (``plan.ga_first``: grad_attn first); partitioned: programs ``p_ga`` and later run grad_weight tiles only, the
+    others grad_attn tiles. None where the busiest program's tiles after its first are not all of one length."""
+    cfg = gb.GLUON_TABLE[bucket_for(m)][0]
+    plan = gb.plan_for(m, cfg, sms)
+    ga = (cfg.ga_bm * cfg.ga_bn) // (128 * 128) * (HIDDEN // STEP)
+    gw = (cfg.gw_bm * cfg.gw_bn) // (128 * 128) * math.ceil(m / STEP)
+    runs = []  # (steps, cut_from, the tiles' lengths in order) for every program
+    for p in range(plan.programs):
+        if plan.p_ga:
+            if p < plan.p_ga:
+                lengths = [ga] * len(range(p, plan.n_ga, plan.p_ga))
+            else:
+                lengths = [gw] * len(range(p - plan.p_ga, plan.n_gw, plan.programs - plan.p_ga))
+        else:
+            n_ga, n_gw = len(range(p, plan.n_ga, plan.programs)), len(range(p, plan.n_gw, plan.programs))
+            lengths = [ga] * n_ga + [gw] * n_gw if plan.ga_first else [gw] * n_gw + [ga] * n_ga
+        runs.append((sum(lengths), len(lengths), p, lengths))  # the busiest; at a tie, the most boundaries
+    _, _, busiest, lengths = max(runs)
+    if len(set(lengths[1:])) > 1:
+        return None
+    if len(lengths) == 1:
+        return 0, (0, 0)
+    return (plan.p_ga if plan.p_ga and busiest >= plan.p_ga else 0), (lengths[0], lengths[1])
+
+
 @gluon.jit
 def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr):
     """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores, once the last tile's have
@@ -406,10 +434,11 @@ def main() -> None:
                 name: t(io_fn(busy, steps, n_row), True, f"io floor {name}")
                 for name, (busy, steps, _) in floors.items()
             }
-            tiles = (HIDDEN // STEP, math.ceil(m / STEP))  # the table's plan: grad_attn tiles, then grad_weight ones
-            io["tiles"] = t(io_fn(w[0], w[1], n_row, tiles), True, "io floor whole, in the plan's tiles")
+            cut_from, tiles = plan_tiles(m, sms) or (0, (0, 0))  # (one tile: the variant is the io floor's)
+            cut = {"tiles": tiles, "cut_from": cut_from}
+            io["tiles"] = t(io_fn(w[0], w[1], n_row, **cut), True, "io floor whole, in the plan's tiles")
             detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush)
-            detail_tiles = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, tiles=tiles)
+            detail_tiles = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut)
             # one boundary: the fewest that the busiest program of a whole-tile plan of 128x128 tiles can have
             half = (w[1] // 2, w[1] // 2)
             io["half"] = t(io_fn(w[0], w[1], n_row, half), True, "io floor whole, in two tiles")
@@ -418,13 +447,17 @@ def main() -> None:
             sp = floors["split"]
             split_half = (sp[1] - sp[1] // 2, sp[1] // 2)
             io["split_half"] = t(io_fn(sp[0], sp[1], n_row, split_half), True, "io floor split, in two tiles")
+            parts = [
+                f"whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS)",
+                f"split {io['split']:.1f} ({io['split'] / cb:.3f})",
+                f"whole in the plan's tiles (programs {cut_from} on: a boundary after {tiles[0]} steps, then every "
+                f"{tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f})",
+                f"whole in two tiles (one boundary) {io['half']:.1f} ({io['half'] / cb:.3f})",
+                f"split in two tiles {io['split_half']:.1f} ({io['split_half'] / cb:.3f})",
+            ]
             print(
-                f"io floor M={m}: whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS), split "
-                f"{io['split']:.1f} ({io['split'] / cb:.3f}), whole in the plan's tiles (a boundary after {tiles[0]} "
-                f"steps, then every {tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f}), whole in two tiles (one "
-                f"boundary) {io['half']:.1f} ({io['half'] / cb:.3f}), split in two tiles {io['split_half']:.1f} "
-                f"({io['split_half'] / cb:.3f}); whole, stamped: {detail}; in the plan's tiles, "
-                f"stamped: {detail_tiles}",
+                f"io floor M={m}: {', '.join(parts)}; whole, stamped: {detail}; in the plan's tiles, stamped: "
+                f"{detail_tiles}",
                 flush=True,
             )
             n256 = n256_plan(m, sms)

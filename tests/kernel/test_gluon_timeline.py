@@ -250,6 +250,26 @@ def test_floor_plans_give_the_busiest_programs_steps_and_an_even_split(monkeypat
     assert diag_floor.plans(512, 132)["whole"] == (128, 32)  # partitioned: 64 x one grad_attn, 64 x four grad_weight
 
 
+def test_the_plans_tiles_cut_the_busiest_programs_steps_where_the_table_puts_its_boundaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scripts/diag_floor.py's cut of the io floor into the table's tiles: the busiest program's (at a tie, the one
+    with the most boundaries). M = 1024: one grad_attn tile of 32 steps, then two grad_weight tiles of 16, every
+    program; M = 256 and 512 (partitioned, 64 grad_attn programs): the grad_weight programs' tiles of M / 64 steps,
+    programs 64 and later; every cut covers the busiest program's steps exactly (the io floor accepts it)."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_floor
+
+    assert diag_floor.plan_tiles(1024, 132) == (0, (32, 16))
+    assert diag_floor.plan_tiles(512, 132) == (64, (8, 8))
+    assert diag_floor.plan_tiles(256, 132) == (64, (4, 4))
+    for m in (256, 512, 1024, 2048, 4096, 8192):
+        busy, steps = diag_floor.plans(m, 132)["whole"]
+        cut_from, (first, every) = diag_floor.plan_tiles(m, 132)
+        assert 0 < first <= steps and (steps - first) % every == 0 and cut_from < busy, (m, first, every)
+        assert callable(diag_floor.io_fn(busy, steps, m // 128, (first, every), cut_from=cut_from))
+
+
 def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_its_tile() -> None:
     """scripts/diag_floor.py --io (kernel/NOTES.md item 41): the floor with what no kernel can leave out compiles for
     sm_90 here, in 128x128 and 128x256 tiles: two K-steps' blocks loaded by TMA (one A box and B's two or four
