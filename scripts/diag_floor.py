@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="print each plan's steps a program (no GPU)")
     ap.add_argument("--io", action="store_true", help="also the floor with the first fill and the last tile's store")
     ap.add_argument("--compile-only", action="store_true", help="compile the io floor for sm_90 here (no GPU)")
+    ap.add_argument("--sink", type=int, default=0, help="with --io: also the io floor with loads beside its MMAs")
     ap.add_argument("--watchdog-s", type=float, default=240, help="dump every thread's stack and leave after this")
     return ap.parse_args(argv)
 
@@ -145,7 +146,18 @@ def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr):
 
 @gluon.jit
 def io_floor_loop(
-    a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, stamps_ptr, STAMP: gl.constexpr, BN: gl.constexpr
+    a_desc,
+    b_desc,
+    c_desc,
+    steps,
+    n_row,
+    first,
+    every,
+    cut_from,
+    stamps_ptr,
+    STAMP: gl.constexpr,
+    BN: gl.constexpr,
+    SINK: gl.constexpr = 0,
 ):
     """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
     its 128xBN grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two
@@ -153,8 +165,10 @@ def io_floor_loop(
     bf16 through shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor).
     ``first`` > 0: the steps of programs from ``cut_from`` on are tiles (``first`` steps, then ``every`` each), and at
     each boundary the finished tile is stored as the last one is before the next tile's first MMA (a whole-tile
-    plan's handoff, its data already in). ``STAMP``: five int64 a program (entry, first data, loop end, the loop's
-    clocks, stored)."""
+    plan's handoff, its data already in). ``SINK`` > 0: beside each step's MMAs the same warps load a later K-step's
+    blocks of the tile by TMA (every step's bytes but the first two's, up to ``SINK`` loads in flight) into one
+    buffer the MMAs never read: the pipeline's load traffic beside the MMAs, without its waits. ``STAMP``: five
+    int64 a program (entry, first data, loop end, the loop's clocks, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
@@ -166,6 +180,12 @@ def io_floor_loop(
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     mbarrier.init(bars.index(1), count=1)
+    if SINK > 0:
+        sink_a = gl.allocate_shared_memory(dtype, [128, 64], a_desc.layout)
+        sink_b = gl.allocate_shared_memory(dtype, [64, BN], b_desc.layout)
+        sink_bars = gl.allocate_shared_memory(gl.int64, [SINK, 1], mbarrier.MBarrierLayout())
+        for f in gl.static_range(SINK):
+            mbarrier.init(sink_bars.index(f), count=1)
     fence_async_shared()
     for f in gl.static_range(2):
         bar = bars.index(f)
@@ -197,6 +217,18 @@ def io_floor_loop(
                 mbarrier.wait(bars.index(1), 0)
             acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=(acc,))
+            if SINK > 0:
+                if i < steps - 2:
+                    slot = i % SINK
+                    if i >= SINK:
+                        mbarrier.wait(sink_bars.index(slot), ((i // SINK) - 1) & 1)
+                    kk = ((i + 2) % (2048 // 64)) * 64
+                    mbarrier.expect(sink_bars.index(slot), (128 + BN) * 64 * 2)
+                    tma.async_copy_global_to_shared(a_desc, [row, kk], sink_bars.index(slot), sink_a)
+                    for j in gl.static_range(BN // 64):
+                        tma.async_copy_global_to_shared(
+                            b_desc, [kk, col + j * 64], sink_bars.index(slot), sink_b.slice(j * 64, 64, dim=1)
+                        )
             i += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         if t == n_tiles - 1:
@@ -204,6 +236,11 @@ def io_floor_loop(
         _store_tile(c_desc, c_s, acc, pid, BN)
     tma.store_wait(0)
     t_end, _ = _stamp()
+    if SINK > 0:  # the sink's last loads land before the program's shared memory goes (long done by now)
+        n_loads = steps - 2
+        for f in gl.static_range(SINK):
+            if f < n_loads:
+                mbarrier.wait(sink_bars.index(f), ((n_loads - f + SINK - 1) // SINK - 1) & 1)
     if STAMP:
         base = stamps_ptr + pid * 5
         gl.store(base, t_entry)
@@ -243,11 +280,12 @@ def io_fn(
     stamps: torch.Tensor | None = None,
     bn: int = 128,
     cut_from: int = 0,
+    sink: int = 0,
 ):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
     128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
-    ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); stamped into ``stamps``
-    (busy x 5) when given."""
+    ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink``: the loads beside the
+    MMAs, that many in flight (0: none); stamped into ``stamps`` (busy x 5) when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
@@ -258,7 +296,7 @@ def io_fn(
         a, b, c = io_floor_args(go, w, out[1])
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
         io_floor_loop[(busy,)](
-            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, num_warps=8
+            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, SINK=sink, num_warps=8
         )
 
     return fn
@@ -335,13 +373,17 @@ def compile_only() -> None:
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     stamps = torch.empty(128, 5, dtype=torch.int64)
     # (the table's 128x128 plan at M = 1024: 64 steps, a boundary after 32 and every 16; the 128x256 plan's: 32
-    # steps, programs 64 and later cut after 16)
-    for bn, steps, tiles, cut_from in ((128, 64, (32, 16), 0), (256, 32, (16, 16), 64)):
+    # steps, programs 64 and later cut after 16; the 128x128 plan with six loads in flight beside its MMAs)
+    for bn, steps, tiles, cut_from, sink in (
+        (128, 64, (32, 16), 0, 0),
+        (256, 32, (16, 16), 64, 0),
+        (128, 64, (32, 16), 0, 6),
+    ):
         for stamp in (False, True):
             args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
-            k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "num_warps": 8})
+            k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "SINK": sink, "num_warps": 8})
             ptx = k.asm["ptx"]
-            name = f"io_floor{'_n256' if bn == 256 else ''}{'_stamp' if stamp else ''}"
+            name = f"io_floor{'_n256' if bn == 256 else ''}{f'_sink{sink}' if sink else ''}{'_stamp' if stamp else ''}"
             loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
             print(
                 f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
@@ -384,6 +426,9 @@ def main() -> None:
     import faulthandler
     import sys
 
+    if ARGS.sink and not ARGS.io:
+        print(f"diag_floor: --sink {ARGS.sink} adds to the io floor's runs: give --io too", file=sys.stderr)
+        sys.exit(2)
     if not torch.cuda.is_available():
         print("diag_floor: no CUDA device here (--plan-only and --compile-only run without one)", file=sys.stderr)
         sys.exit(2)
@@ -460,6 +505,17 @@ def main() -> None:
                 f"{detail_tiles}",
                 flush=True,
             )
+            if ARGS.sink > 0:
+                sink = {"sink": ARGS.sink}
+                io["sink"] = t(io_fn(w[0], w[1], n_row, **sink), True, "io floor whole, loads beside")
+                io["sink_tiles"] = t(io_fn(w[0], w[1], n_row, **cut, **sink), True, "in the plan's tiles, loads beside")
+                detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut, **sink)
+                print(
+                    f"io floor M={m} with the loads beside its MMAs ({ARGS.sink} in flight): whole {io['sink']:.1f} "
+                    f"({io['sink'] / cb:.3f}), in the plan's tiles {io['sink_tiles']:.1f} "
+                    f"({io['sink_tiles'] / cb:.3f}); in the plan's tiles, stamped: {detail}",
+                    flush=True,
+                )
             n256 = n256_plan(m, sms)
             if n256 is None:
                 print(f"io floor M={m}, the 128x256 plan: its grad_attn programs run several tiles; not floored")

@@ -276,13 +276,15 @@ def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_
     64-column boxes each), four k16 warpgroup MMAs a step (m64n128 or m64n256 a warpgroup), the tile stored by two or
     four TMA stores (at each tile boundary and at the end: one call site), the stamps' reads of the timer and the
     clock (the entry, the first data, the loop's end, the store), no spills, one program within an SM's shared
-    memory."""
+    memory; with the loads beside the MMAs (``SINK``), one more call site of the three TMA loads of a step."""
     out = run_script("scripts/diag_floor.py", "--compile-only")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
-    assert set(rows) == {"io_floor", "io_floor_stamp", "io_floor_n256", "io_floor_n256_stamp"}, out.stdout
+    assert set(rows) == {f"io_floor{kind}{stamp}" for kind in ("", "_n256", "_sink6") for stamp in ("", "_stamp")}, (
+        out.stdout
+    )
     for name, line in rows.items():
-        loads, stores = (10, 4) if "n256" in name else (6, 2)
+        loads, stores = (10, 4) if "n256" in name else (9, 2) if "sink" in name else (6, 2)
         assert f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, globaltimer 4, clock64 4," in line, line
         assert "stack 0, local 0" in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
@@ -330,26 +332,38 @@ def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
     """The io floor is a floor only while its MMAs run as the kernel's do: one group in flight. Its first version
     reset the accumulator inside the MMA loop at a tile boundary, ptxas serialised every wgmma (advisory C7515) and
     the loop took 0.448 us a step on an H100 against the floor's 0.308 (docs/h100/v42b_floor_io.log). ptxas's own
-    report on its sm_90a PTX, in 128x128 and 128x256 tiles, stamped and not: no serialisation advisory, no spill."""
+    report on its sm_90a PTX, in 128x128 and 128x256 tiles, with loads beside its MMAs and without, stamped and not:
+    no serialisation advisory, no spill."""
     code = (
         "import sys, torch, diag_floor as d; from diag_gluon import compile_sm90; "
         "from tests.support.sm90 import ptxas_report; "
         "go = torch.empty(1024, 2048, dtype=torch.bfloat16); w = torch.empty(2048, 2048, dtype=torch.bfloat16); "
         "st_ = torch.empty(1, dtype=torch.int64); "
-        "runs = [((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128), "
-        "((*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), 256)]; "
-        "[print(ptxas_report(compile_sm90(d.io_floor_loop, a, {'STAMP': st, 'BN': bn, 'num_warps': 8}).asm['ptx'])) "
-        "for a, bn in runs for st in (False, True)]"
+        "runs = [((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128, 0), "
+        "((*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), 256, 0), "
+        "((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128, 6)]; "
+        "[print(ptxas_report(compile_sm90(d.io_floor_loop, a, {'STAMP': st, 'BN': bn, 'SINK': sk, 'num_warps': 8})"
+        ".asm['ptx'])) for a, bn, sk in runs for st in (False, True)]"
     )
     env = cuda_env(PYTHONPATH=f"{PROJECT}{os.pathsep}{PROJECT / 'scripts'}")
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 4, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 6, out.stdout[-2000:]
     for advisory in ("C7510", "C7511", "C7514", "C7515", "C7517"):
         assert advisory not in out.stdout, out.stdout[-2000:]
-    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 4, out.stdout[-2000:]
+    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 6, out.stdout[-2000:]
+
+
+def test_loads_beside_the_io_floor_without_the_io_floor_are_refused_in_one_line() -> None:
+    """``--sink N`` adds variants to the io floor's runs; without ``--io`` it would be silently ignored, so it is
+    refused before anything loads a GPU: one line naming the missing flag, exit 2."""
+    out = run_script("scripts/diag_floor.py", "--ms", "1024", "--sink", "6")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == ["diag_floor: --sink 6 adds to the io floor's runs: give --io too"], (
+        out.stderr
+    )
 
 
 def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
