@@ -21,7 +21,9 @@ iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both p
 tiles (each stored at its end: the plan's boundaries), on both plans cut in two (one boundary: the fewest a busiest
 program of 128x128 tiles, or of a split plan, can have), and on the 128x256 plan (``n256_plan``: 128x256 tiles, half
 the programs with no boundary); stamped: the first data's wait from the entry, the loop's time a step and clock, the
-store's, and the cut and uncut programs' loops side by side.
+store's, and the cut and uncut programs' loops side by side. ``--sink N`` adds ``ws_floor_loop``: the same floor in
+the kernel's partitions (two consumer warpgroups and a loader warp), the loader streaming every later K-step's blocks
+beside the MMAs, into a buffer they never read, at the pace of an N-stage ring: the load traffic without the waits.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -44,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="print each plan's steps a program (no GPU)")
     ap.add_argument("--io", action="store_true", help="also the floor with the first fill and the last tile's store")
     ap.add_argument("--compile-only", action="store_true", help="compile the io floor for sm_90 here (no GPU)")
-    ap.add_argument("--sink", type=int, default=0, help="with --io: also the io floor with loads beside its MMAs")
+    ap.add_argument(
+        "--sink", type=int, default=0, help="with --io: also the io floor with a loader warp's loads beside its MMAs"
+    )
     ap.add_argument("--watchdog-s", type=float, default=240, help="dump every thread's stack and leave after this")
     return ap.parse_args(argv)
 
@@ -157,7 +161,6 @@ def io_floor_loop(
     stamps_ptr,
     STAMP: gl.constexpr,
     BN: gl.constexpr,
-    SINK: gl.constexpr = 0,
 ):
     """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
     its 128xBN grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two
@@ -165,10 +168,8 @@ def io_floor_loop(
     bf16 through shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor).
     ``first`` > 0: the steps of programs from ``cut_from`` on are tiles (``first`` steps, then ``every`` each), and at
     each boundary the finished tile is stored as the last one is before the next tile's first MMA (a whole-tile
-    plan's handoff, its data already in). ``SINK`` > 0: beside each step's MMAs the same warps load a later K-step's
-    blocks of the tile by TMA (every step's bytes but the first two's, up to ``SINK`` loads in flight) into one
-    buffer the MMAs never read: the pipeline's load traffic beside the MMAs, without its waits. ``STAMP``: five
-    int64 a program (entry, first data, loop end, the loop's clocks, stored)."""
+    plan's handoff, its data already in). ``STAMP``: five int64 a program (entry, first data, loop end, the loop's
+    clocks, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
@@ -180,12 +181,6 @@ def io_floor_loop(
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     mbarrier.init(bars.index(1), count=1)
-    if SINK > 0:
-        sink_a = gl.allocate_shared_memory(dtype, [128, 64], a_desc.layout)
-        sink_b = gl.allocate_shared_memory(dtype, [64, BN], b_desc.layout)
-        sink_bars = gl.allocate_shared_memory(gl.int64, [SINK, 1], mbarrier.MBarrierLayout())
-        for f in gl.static_range(SINK):
-            mbarrier.init(sink_bars.index(f), count=1)
     fence_async_shared()
     for f in gl.static_range(2):
         bar = bars.index(f)
@@ -217,18 +212,6 @@ def io_floor_loop(
                 mbarrier.wait(bars.index(1), 0)
             acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=(acc,))
-            if SINK > 0:
-                if i < steps - 2:
-                    slot = i % SINK
-                    if i >= SINK:
-                        mbarrier.wait(sink_bars.index(slot), ((i // SINK) - 1) & 1)
-                    kk = ((i + 2) % (2048 // 64)) * 64
-                    mbarrier.expect(sink_bars.index(slot), (128 + BN) * 64 * 2)
-                    tma.async_copy_global_to_shared(a_desc, [row, kk], sink_bars.index(slot), sink_a)
-                    for j in gl.static_range(BN // 64):
-                        tma.async_copy_global_to_shared(
-                            b_desc, [kk, col + j * 64], sink_bars.index(slot), sink_b.slice(j * 64, 64, dim=1)
-                        )
             i += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         if t == n_tiles - 1:
@@ -236,11 +219,6 @@ def io_floor_loop(
         _store_tile(c_desc, c_s, acc, pid, BN)
     tma.store_wait(0)
     t_end, _ = _stamp()
-    if SINK > 0:  # the sink's last loads land before the program's shared memory goes (long done by now)
-        n_loads = steps - 2
-        for f in gl.static_range(SINK):
-            if f < n_loads:
-                mbarrier.wait(sink_bars.index(f), ((n_loads - f + SINK - 1) // SINK - 1) & 1)
     if STAMP:
         base = stamps_ptr + pid * 5
         gl.store(base, t_entry)
@@ -248,6 +226,170 @@ def io_floor_loop(
         gl.store(base + 2, t_loop)
         gl.store(base + 3, c_loop - c_data)
         gl.store(base + 4, t_end)
+
+
+PACED = gl.constexpr(32)  # the consumers' step barriers, reused every 32 steps (the loader trails by a ring at most)
+
+
+@gluon.jit
+def _ws_consumer(
+    WG: gl.constexpr, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
+    STAMP: gl.constexpr,
+):  # fmt: skip
+    """``ws_floor_loop``'s warpgroup WG: its 64 rows of every step's 128x128x64 MMAs from the two stages of the
+    first data (no wait for any later data), an arrival on ``paced`` after each step's wait (the step before
+    retired: the kernel's release of a ring stage), its 64x128 half of each tile stored by TMA at the tile's end."""
+    dtype: gl.constexpr = c_s.dtype
+    pid = gl.program_id(0)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]
+    )
+    mbarrier.wait(boot, 0)
+    mbarrier.wait(bars.index(0), 0)
+    t_data, c_data = _stamp()
+    cut = first > 0 and pid >= cut_from
+    n_tiles = 1
+    if cut:
+        n_tiles = 1 + (steps - first) // every
+    half = c_s.index(WG)
+    i = 0
+    t_loop, c_loop = t_data, c_data
+    for t in range(n_tiles):
+        length = steps
+        if cut:
+            length = every
+            if t == 0:
+                length = first
+        acc = gl.zeros([64, 128], gl.float32, acc_layout)
+        for _k in range(length):
+            s = i % 2
+            if i == 1:
+                mbarrier.wait(bars.index(1), 0)
+            acc = warpgroup_mma(a_s.index(s).slice(WG * 64, 64, dim=0), b_s.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(paced.index(i % PACED), count=1)
+            i += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        if t == n_tiles - 1:
+            t_loop, c_loop = _stamp()
+        tma.store_wait(0)
+        gl.thread_barrier()
+        half.store(acc.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        for j in gl.static_range(2):
+            tma.async_copy_shared_to_global(
+                c_desc, [(pid % 16) * 128 + WG * 64, (pid // 16) * 128 + j * 64], half.slice(j * 64, 64, dim=1)
+            )
+    tma.store_wait(0)
+    t_end, _ = _stamp()
+    if STAMP and WG == 0:
+        base = stamps_ptr + pid * 5
+        gl.store(base, t_entry)
+        gl.store(base + 1, t_data)
+        gl.store(base + 2, t_loop)
+        gl.store(base + 3, c_loop - c_data)
+        gl.store(base + 4, t_end)
+
+
+@gluon.jit
+def _ws_consumer0(a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
+                  STAMP: gl.constexpr):  # fmt: skip
+    _ws_consumer(0, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP)
+
+
+@gluon.jit
+def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
+                  STAMP: gl.constexpr):  # fmt: skip
+    _ws_consumer(1, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP)
+
+
+@gluon.jit
+def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot, sink_bars, steps, n_row,
+               STAGES: gl.constexpr):  # fmt: skip
+    """``ws_floor_loop``'s loader warp: the first two K-steps' blocks into the MMAs' two stages, then the step
+    barriers initialised (after those loads, as the kernel's lazy init), then every later step's blocks by TMA into
+    one buffer the MMAs never read, step n's once the consumers have retired step n - STAGES (a ring of STAGES
+    stages' pace), at most STAGES in flight; their last ones waited for before the program ends."""
+    pid = gl.program_id(0)
+    row = (pid % n_row) * 128
+    col = ((pid // n_row) % 16) * 128
+    for f in gl.static_range(2):
+        mbarrier.expect(bars.index(f), 2 * 128 * 64 * 2)
+        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bars.index(f), a_s.index(f))
+        for q in gl.static_range(2):
+            tma.async_copy_global_to_shared(
+                b_desc, [f * 64, col + q * 64], bars.index(f), b_s.index(f).slice(q * 64, 64, dim=1)
+            )
+    for f in gl.static_range(PACED):
+        mbarrier.init(paced.index(f), count=2)
+    for f in gl.static_range(STAGES):
+        mbarrier.init(sink_bars.index(f), count=1)
+    fence_async_shared()
+    mbarrier.arrive(boot, count=1)
+    for n in range(2, steps):
+        if n >= STAGES:
+            c = n - STAGES + 1  # the consumers' arrival at step c: step n - STAGES retired, its stage free
+            mbarrier.wait(paced.index(c % PACED), (c // PACED) & 1)
+        ld = n - 2
+        slot = ld % STAGES
+        if ld >= STAGES:
+            mbarrier.wait(sink_bars.index(slot), ((ld // STAGES) - 1) & 1)
+        kk = (n % (2048 // 64)) * 64
+        mbarrier.expect(sink_bars.index(slot), 2 * 128 * 64 * 2)
+        tma.async_copy_global_to_shared(a_desc, [row, kk], sink_bars.index(slot), sink_a)
+        for jj in gl.static_range(2):
+            tma.async_copy_global_to_shared(
+                b_desc, [kk, col + jj * 64], sink_bars.index(slot), sink_b.slice(jj * 64, 64, dim=1)
+            )
+    n_loads = steps - 2
+    for f in gl.static_range(STAGES):
+        if f < n_loads:
+            mbarrier.wait(sink_bars.index(f), ((n_loads - f + STAGES - 1) // STAGES - 1) & 1)
+
+
+@gluon.jit
+def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, stamps_ptr, STAMP: gl.constexpr,
+                  STAGES: gl.constexpr):  # fmt: skip
+    """The io floor with the pipeline's load traffic beside its MMAs, from a loader warp of its own (the kernel's
+    partitions: two consumer warpgroups and a loader warp, ``num_warps`` = 4): the consumers run the io floor's MMAs
+    on the first two steps' data and never wait for later data; the loader streams every later step's blocks at the
+    pace a ring of ``STAGES`` stages allows (``_ws_loader``). Tiles, stamps and the store as ``io_floor_loop``'s
+    (the store by halves, one a warpgroup, through [64, 64] boxes)."""
+    dtype: gl.constexpr = a_desc.dtype
+    t_entry, _ = _stamp()
+    a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
+    b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
+    sink_a = gl.allocate_shared_memory(dtype, [128, 64], a_desc.layout)
+    sink_b = gl.allocate_shared_memory(dtype, [64, 128], b_desc.layout)
+    c_s = gl.allocate_shared_memory(dtype, [2, 64, 128], c_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    paced = gl.allocate_shared_memory(gl.int64, [PACED, 1], mbarrier.MBarrierLayout())
+    sink_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    boot = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=1)
+    mbarrier.init(bars.index(1), count=1)
+    mbarrier.init(boot.index(0), count=1)
+    fence_async_shared()
+    gl.warp_specialize(
+        [
+            (_ws_consumer0, (a_s, b_s, c_s, c_desc, bars, paced, boot.index(0), steps, first, every, cut_from, t_entry,
+                             stamps_ptr, STAMP)),
+            (_ws_consumer1, (a_s, b_s, c_s, c_desc, bars, paced, boot.index(0), steps, first, every, cut_from, t_entry,
+                             stamps_ptr, STAMP)),
+            (_ws_loader, (a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot.index(0), sink_bars, steps, n_row,
+                          STAGES)),
+        ],
+        [4, 1],
+        [232, 40],
+    )  # fmt: skip
+
+
+def ws_floor_args(go: torch.Tensor, w: torch.Tensor, gw: torch.Tensor) -> tuple:
+    """``ws_floor_loop``'s descriptors: ``io_floor_args``' loads, the output in [64, 64] boxes (a warpgroup's)."""
+    a, b, _ = io_floor_args(go, w, gw)
+    half = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+    return a, b, TensorDescriptor.from_tensor(gw, [64, 64], half)
 
 
 def io_floor_args(go: torch.Tensor, w: torch.Tensor, gw: torch.Tensor) -> tuple:
@@ -284,19 +426,28 @@ def io_fn(
 ):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
     128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
-    ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink``: the loads beside the
-    MMAs, that many in flight (0: none); stamped into ``stamps`` (busy x 5) when given."""
+    ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink`` > 0: the loads beside
+    the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); stamped into
+    ``stamps`` (busy x 5) when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
     if bn not in (128, 256) or math.ceil(busy / 16) * bn > HIDDEN:
         raise ValueError(f"bn {bn} on {busy} programs: tiles of 128 or 256 columns, all within grad_weight")
+    if sink and (bn != 128 or not 2 < sink <= PACED.value // 2):
+        raise ValueError(f"sink {sink} with bn {bn}: a ring of 3 to {PACED.value // 2} stages, 128x128 tiles")
 
     def fn(go, x, w, out=None):
-        a, b, c = io_floor_args(go, w, out[1])
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
+        if sink:
+            a, b, c = ws_floor_args(go, w, out[1])
+            ws_floor_loop[(busy,)](
+                a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, STAGES=sink, num_warps=4
+            )
+            return
+        a, b, c = io_floor_args(go, w, out[1])
         io_floor_loop[(busy,)](
-            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, SINK=sink, num_warps=8
+            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, num_warps=8
         )
 
     return fn
@@ -373,17 +524,21 @@ def compile_only() -> None:
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     stamps = torch.empty(128, 5, dtype=torch.int64)
     # (the table's 128x128 plan at M = 1024: 64 steps, a boundary after 32 and every 16; the 128x256 plan's: 32
-    # steps, programs 64 and later cut after 16; the 128x128 plan with six loads in flight beside its MMAs)
+    # steps, programs 64 and later cut after 16; the 128x128 plan with a loader warp's loads beside its MMAs)
     for bn, steps, tiles, cut_from, sink in (
         (128, 64, (32, 16), 0, 0),
         (256, 32, (16, 16), 64, 0),
         (128, 64, (32, 16), 0, 6),
     ):
         for stamp in (False, True):
-            args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
-            k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "SINK": sink, "num_warps": 8})
+            if sink:
+                args = (*ws_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
+                k = compile_sm90(ws_floor_loop, args, {"STAMP": stamp, "STAGES": sink, "num_warps": 4})
+            else:
+                args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
+                k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "num_warps": 8})
             ptx = k.asm["ptx"]
-            name = f"io_floor{'_n256' if bn == 256 else ''}{f'_sink{sink}' if sink else ''}{'_stamp' if stamp else ''}"
+            name = f"io_floor{'_n256' if bn == 256 else ''}{f'_ws{sink}' if sink else ''}{'_stamp' if stamp else ''}"
             loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
             print(
                 f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
@@ -511,8 +666,8 @@ def main() -> None:
                 io["sink_tiles"] = t(io_fn(w[0], w[1], n_row, **cut, **sink), True, "in the plan's tiles, loads beside")
                 detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut, **sink)
                 print(
-                    f"io floor M={m} with the loads beside its MMAs ({ARGS.sink} in flight): whole {io['sink']:.1f} "
-                    f"({io['sink'] / cb:.3f}), in the plan's tiles {io['sink_tiles']:.1f} "
+                    f"io floor M={m} with a loader warp's loads beside its MMAs (a {ARGS.sink}-stage ring's pace): "
+                    f"whole {io['sink']:.1f} ({io['sink'] / cb:.3f}), in the plan's tiles {io['sink_tiles']:.1f} "
                     f"({io['sink_tiles'] / cb:.3f}); in the plan's tiles, stamped: {detail}",
                     flush=True,
                 )

@@ -276,16 +276,20 @@ def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_
     64-column boxes each), four k16 warpgroup MMAs a step (m64n128 or m64n256 a warpgroup), the tile stored by two or
     four TMA stores (at each tile boundary and at the end: one call site), the stamps' reads of the timer and the
     clock (the entry, the first data, the loop's end, the store), no spills, one program within an SM's shared
-    memory; with the loads beside the MMAs (``SINK``), one more call site of the three TMA loads of a step."""
+    memory; with a loader warp's loads beside the MMAs (``ws_floor_loop``: the kernel's partitions, two consumer
+    warpgroups and a loader warp), one more call site of a step's three TMA loads."""
     out = run_script("scripts/diag_floor.py", "--compile-only")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
-    assert set(rows) == {f"io_floor{kind}{stamp}" for kind in ("", "_n256", "_sink6") for stamp in ("", "_stamp")}, (
-        out.stdout
-    )
+    kinds = ("", "_n256", "_ws6")
+    assert set(rows) == {f"io_floor{kind}{stamp}" for kind in kinds for stamp in ("", "_stamp")}, out.stdout
     for name, line in rows.items():
-        loads, stores = (10, 4) if "n256" in name else (9, 2) if "sink" in name else (6, 2)
-        assert f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, globaltimer 4, clock64 4," in line, line
+        if "ws" in name:  # two consumer warpgroups (MMAs, stores, stamps each), the loader's one more call site
+            expected = "wgmma in PTX 8, TMA loads 9, TMA stores 4, globaltimer 7, clock64 7,"
+        else:
+            loads, stores = (10, 4) if "n256" in name else (6, 2)
+            expected = f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, globaltimer 4, clock64 4,"
+        assert expected in line, line
         assert "stack 0, local 0" in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
 
@@ -305,6 +309,10 @@ def test_the_io_floor_refuses_tiles_that_do_not_cut_its_steps_exactly(monkeypatc
     for busy, bn in ((132, 256), (128, 192)):  # 132 tiles of 256 columns leave grad_weight; no 192-column tile
         with pytest.raises(ValueError, match=rf"bn {bn} on {busy} programs"):
             diag_floor.io_fn(busy, 32, 8, bn=bn)
+    assert callable(diag_floor.io_fn(128, 64, 8, (32, 16), sink=6))  # the loader warp's floor, a six-stage ring
+    for sink, bn in ((6, 256), (2, 128), (17, 128)):  # 128x128 tiles only; a ring of 3 to 16 stages
+        with pytest.raises(ValueError, match=rf"sink {sink} with bn {bn}"):
+            diag_floor.io_fn(128, 32, 8, bn=bn, sink=sink)
 
 
 def test_the_128x256_plan_runs_the_busiest_steps_of_the_128x128_plan_with_half_its_boundaries(
@@ -339,18 +347,19 @@ def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
         "from tests.support.sm90 import ptxas_report; "
         "go = torch.empty(1024, 2048, dtype=torch.bfloat16); w = torch.empty(2048, 2048, dtype=torch.bfloat16); "
         "st_ = torch.empty(1, dtype=torch.int64); "
-        "runs = [((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128, 0), "
-        "((*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), 256, 0), "
-        "((*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), 128, 6)]; "
-        "[print(ptxas_report(compile_sm90(d.io_floor_loop, a, {'STAMP': st, 'BN': bn, 'SINK': sk, 'num_warps': 8})"
-        ".asm['ptx'])) for a, bn, sk in runs for st in (False, True)]"
+        "runs = [(d.io_floor_loop, (*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), {'BN': 128, 'num_warps': 8}), "
+        "(d.io_floor_loop, (*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), {'BN': 256, 'num_warps': 8}), "
+        "(d.ws_floor_loop, (*d.ws_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), {'STAGES': 6, 'num_warps': 4})]; "
+        "[print(ptxas_report(compile_sm90(f, a, {'STAMP': st, **kw}).asm['ptx'])) "
+        "for f, a, kw in runs for st in (False, True)]"
     )
     env = cuda_env(PYTHONPATH=f"{PROJECT}{os.pathsep}{PROJECT / 'scripts'}")
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 6, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 4, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'ws_floor_loop'") == 2, out.stdout[-2000:]
     for advisory in ("C7510", "C7511", "C7514", "C7515", "C7517"):
         assert advisory not in out.stdout, out.stdout[-2000:]
     assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 6, out.stdout[-2000:]
