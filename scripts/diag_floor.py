@@ -21,7 +21,9 @@ iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both p
 tiles (each stored at its end: the plan's boundaries), on both plans cut in two (one boundary: the fewest a busiest
 program of 128x128 tiles, or of a split plan, can have), and on the 128x256 plan (``n256_plan``: 128x256 tiles, half
 the programs with no boundary); stamped: the first data's wait from the entry, the loop's time a step and clock, the
-store's, and the cut and uncut programs' loops side by side. ``--sink N`` adds ``ws_floor_loop``: the same floor in
+store's, and the cut and uncut programs' loops side by side; and ``fixup_floor_loop``: the ``split`` plan in two tiles
+with a split plan's fix-ups (the head's fp32 partial written at the boundary, another program's added at the end).
+``--sink N`` adds ``ws_floor_loop``: the same floor in
 the kernel's partitions (two consumer warpgroups and a loader warp), the loader streaming every later K-step's blocks
 beside the MMAs, into a buffer they never read, at the pace of an N-stage ring: the load traffic without the waits.
 
@@ -228,6 +230,88 @@ def io_floor_loop(
         gl.store(base + 4, t_end)
 
 
+@gluon.jit
+def fixup_floor_loop(a_desc, b_desc, c_desc, ws_desc, steps, n_row, first, stamps_ptr, STAMP: gl.constexpr):
+    """The io floor of a split plan whose programs each run the head of one tile and then the tail of another (one
+    boundary, as stream-K's with its fix-ups): ``first`` 128x128x64 steps, then the head's fp32 accumulator stored
+    by TMA into the workspace ``ws_desc`` (its row block ``pid``: the partial another program adds); then the other
+    ``steps - first``, beside which the partial of row block ``pid + 1`` (another program's head) is loaded by TMA,
+    to be added to the accumulator before the tile is stored as bf16. The partial is read without waiting for its
+    writer (it was written at the writer's boundary, half a run before): a floor. Loads, MMAs, stamps and the store as
+    ``io_floor_loop``'s, 8 warps, one program an SM."""
+    dtype: gl.constexpr = a_desc.dtype
+    pid = gl.program_id(0)
+    t_entry, _ = _stamp()
+    row = (pid % n_row) * 128
+    col = ((pid // n_row) % 16) * 128
+    a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
+    b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
+    c_s = gl.allocate_shared_memory(dtype, [128, 128], c_desc.layout)
+    w_s = gl.allocate_shared_memory(gl.float32, [128, 128], ws_desc.layout)
+    r_s = gl.allocate_shared_memory(gl.float32, [128, 128], ws_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
+    for f in gl.static_range(3):
+        mbarrier.init(bars.index(f), count=1)
+    fence_async_shared()
+    for f in gl.static_range(2):
+        bar = bars.index(f)
+        mbarrier.expect(bar, 2 * 128 * 64 * 2)
+        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
+        for j in gl.static_range(2):
+            tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
+    mbarrier.wait(bars.index(0), 0)
+    t_data, c_data = _stamp()
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]
+    )
+    other = ((pid + 1) % gl.num_programs(0)) * 128
+    i = 0
+    t_loop, c_loop = t_data, c_data
+    for t in range(2):
+        length = first
+        if t == 1:
+            length = steps - first
+            mbarrier.expect(bars.index(2), 128 * 128 * 4)  # the other program's partial, beside the tail's MMAs
+            for q in gl.static_range(4):
+                tma.async_copy_global_to_shared(ws_desc, [other, q * 32], bars.index(2), r_s.slice(q * 32, 32, dim=1))
+        acc = gl.zeros([128, 128], gl.float32, acc_layout)
+        for _k in range(length):
+            s = i % 2
+            if i == 1:
+                mbarrier.wait(bars.index(1), 0)
+            acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            i += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        if t == 0:  # the head's partial, fp32, for another program to add
+            w_s.store(acc)
+            fence_async_shared()
+            gl.thread_barrier()
+            for q in gl.static_range(4):
+                tma.async_copy_shared_to_global(ws_desc, [pid * 128, q * 32], w_s.slice(q * 32, 32, dim=1))
+        else:
+            t_loop, c_loop = _stamp()
+            mbarrier.wait(bars.index(2), 0)
+            acc = acc + r_s.load(acc_layout)
+            _store_tile(c_desc, c_s, acc, pid, 128)
+    tma.store_wait(0)
+    t_end, _ = _stamp()
+    if STAMP:
+        base = stamps_ptr + pid * 5
+        gl.store(base, t_entry)
+        gl.store(base + 1, t_data)
+        gl.store(base + 2, t_loop)
+        gl.store(base + 3, c_loop - c_data)
+        gl.store(base + 4, t_end)
+
+
+def fixup_workspace(busy: int, device) -> tuple[torch.Tensor, TensorDescriptor]:
+    """``fixup_floor_loop``'s workspace: one fp32 128x128 partial a program, in [128, 32] boxes (128-byte rows)."""
+    ws = torch.zeros(busy * 128, 128, dtype=torch.float32, device=device)
+    layout = gl.NVMMASharedLayout.get_default_for([128, 32], gl.float32)
+    return ws, TensorDescriptor.from_tensor(ws, [128, 32], layout)
+
+
 PACED = gl.constexpr(32)  # the consumers' step barriers, reused every 32 steps (the loader trails by a ring at most)
 
 
@@ -423,12 +507,14 @@ def io_fn(
     bn: int = 128,
     cut_from: int = 0,
     sink: int = 0,
+    fixup: bool = False,
 ):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
     128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
     ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink`` > 0: the loads beside
-    the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); stamped into
-    ``stamps`` (busy x 5) when given."""
+    the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); ``fixup``:
+    two tiles, the first's fp32 partial written for another program and another's added to the second
+    (``fixup_floor_loop``, every program); stamped into ``stamps`` (busy x 5) when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
@@ -436,9 +522,20 @@ def io_fn(
         raise ValueError(f"bn {bn} on {busy} programs: tiles of 128 or 256 columns, all within grad_weight")
     if sink and (bn != 128 or not 2 < sink <= PACED.value // 2):
         raise ValueError(f"sink {sink} with bn {bn}: a ring of 3 to {PACED.value // 2} stages, 128x128 tiles")
+    if fixup and (bn != 128 or sink or cut_from or not 0 < first < steps or first + every != steps):
+        raise ValueError(f"fix-ups in tiles {tiles} of {steps} steps: two tiles of 128x128, every program cut")
+    workspace: list = []  # (tensor, descriptor), made at the first call, on the inputs' device
 
     def fn(go, x, w, out=None):
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
+        if fixup:
+            if not workspace:
+                workspace.extend(fixup_workspace(busy, go.device))
+            a, b, c = io_floor_args(go, w, out[1])
+            fixup_floor_loop[(busy,)](
+                a, b, c, workspace[1], steps, n_row, first, st, STAMP=stamps is not None, num_warps=8
+            )
+            return
         if sink:
             a, b, c = ws_floor_args(go, w, out[1])
             ws_floor_loop[(busy,)](
@@ -517,14 +614,15 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor, **la
 def compile_only() -> None:
     """The io floor compiled for sm_90 without a GPU, stamped and not: shared memory, the PTX's warpgroup MMAs, TMA
     loads and stores and clock reads, registers and spills."""
-    from diag_gluon import _resource_usage, compile_sm90  # scripts/ is on the path when this runs as a script
+    from diag_gluon import compile_sm90  # scripts/ is on the path when this runs as a script
 
     go = torch.empty(1024, HIDDEN, dtype=torch.bfloat16)
     w = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     gw = torch.empty(HIDDEN, HIDDEN, dtype=torch.bfloat16)
     stamps = torch.empty(128, 5, dtype=torch.int64)
     # (the table's 128x128 plan at M = 1024: 64 steps, a boundary after 32 and every 16; the 128x256 plan's: 32
-    # steps, programs 64 and later cut after 16; the 128x128 plan with a loader warp's loads beside its MMAs)
+    # steps, programs 64 and later cut after 16; the 128x128 plan with a loader warp's loads beside its MMAs; the
+    # split plan's 63 steps in two tiles with their fix-ups)
     for bn, steps, tiles, cut_from, sink in (
         (128, 64, (32, 16), 0, 0),
         (256, 32, (16, 16), 64, 0),
@@ -537,14 +635,26 @@ def compile_only() -> None:
             else:
                 args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
                 k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "num_warps": 8})
-            ptx = k.asm["ptx"]
             name = f"io_floor{'_n256' if bn == 256 else ''}{f'_ws{sink}' if sink else ''}{'_stamp' if stamp else ''}"
-            loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
-            print(
-                f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
-                f"TMA stores {stores}, globaltimer {ptx.count('%globaltimer')}, clock64 {ptx.count('%clock64')}, "
-                f"{_resource_usage(k.asm['cubin'])}"
-            )
+            _print_compiled(name, k)
+    ws = fixup_workspace(132, "cpu")[1]
+    for stamp in (False, True):
+        args = (*io_floor_args(go, w, gw), ws, 63, 8, 32, stamps)
+        k = compile_sm90(fixup_floor_loop, args, {"STAMP": stamp, "num_warps": 8})
+        _print_compiled(f"io_floor_fixup{'_stamp' if stamp else ''}", k)
+
+
+def _print_compiled(name: str, k) -> None:
+    """One line of ``compile_only``'s: a compiled variant's shared memory, PTX call sites and resources."""
+    from diag_gluon import _resource_usage  # scripts/ is on the path when this runs as a script
+
+    ptx = k.asm["ptx"]
+    loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
+    print(
+        f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
+        f"TMA stores {stores}, globaltimer {ptx.count('%globaltimer')}, clock64 {ptx.count('%clock64')}, "
+        f"{_resource_usage(k.asm['cubin'])}"
+    )
 
 
 def loop_clock(busy: int, steps: int, sets, flush: torch.Tensor) -> tuple[float, float]:
@@ -647,6 +757,9 @@ def main() -> None:
             sp = floors["split"]
             split_half = (sp[1] - sp[1] // 2, sp[1] // 2)
             io["split_half"] = t(io_fn(sp[0], sp[1], n_row, split_half), True, "io floor split, in two tiles")
+            fix = {"tiles": split_half, "fixup": True}
+            io["split_fixup"] = t(io_fn(sp[0], sp[1], n_row, **fix), True, "io floor split, two tiles, fix-ups")
+            detail_fix = io_stamps(sp[0], sp[1], n_row, [make(True) for _ in range(5)], flush, **fix)
             parts = [
                 f"whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS)",
                 f"split {io['split']:.1f} ({io['split'] / cb:.3f})",
@@ -654,10 +767,11 @@ def main() -> None:
                 f"{tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f})",
                 f"whole in two tiles (one boundary) {io['half']:.1f} ({io['half'] / cb:.3f})",
                 f"split in two tiles {io['split_half']:.1f} ({io['split_half'] / cb:.3f})",
+                f"split in two tiles with fix-ups {io['split_fixup']:.1f} ({io['split_fixup'] / cb:.3f})",
             ]
             print(
                 f"io floor M={m}: {', '.join(parts)}; whole, stamped: {detail}; in the plan's tiles, stamped: "
-                f"{detail_tiles}",
+                f"{detail_tiles}; split with fix-ups, stamped: {detail_fix}",
                 flush=True,
             )
             if ARGS.sink > 0:
