@@ -231,14 +231,17 @@ def io_floor_loop(
 
 
 @gluon.jit
-def fixup_floor_loop(a_desc, b_desc, c_desc, ws_desc, steps, n_row, first, stamps_ptr, STAMP: gl.constexpr):
+def fixup_floor_loop(
+    a_desc, b_desc, c_desc, ws_desc, steps, n_row, first, stamps_ptr, STAMP: gl.constexpr, PARTS: gl.constexpr = 3
+):
     """The io floor of a split plan whose programs each run the head of one tile and then the tail of another (one
     boundary, as stream-K's with its fix-ups): ``first`` 128x128x64 steps, then the head's fp32 accumulator stored
     by TMA into the workspace ``ws_desc`` (its row block ``pid``: the partial another program adds); then the other
     ``steps - first``, beside which the partial of row block ``pid + 1`` (another program's head) is loaded by TMA,
     to be added to the accumulator before the tile is stored as bf16. The partial is read without waiting for its
     writer (it was written at the writer's boundary, half a run before): a floor. Loads, MMAs, stamps and the store as
-    ``io_floor_loop``'s, 8 warps, one program an SM."""
+    ``io_floor_loop``'s, 8 warps, one program an SM. ``PARTS``: which fix-ups run (1: the partial written, 2: the
+    other's read and added; 3 both, 0 neither: the two tiles' loops alone, their boundary storing nothing)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
@@ -271,9 +274,12 @@ def fixup_floor_loop(a_desc, b_desc, c_desc, ws_desc, steps, n_row, first, stamp
         length = first
         if t == 1:
             length = steps - first
-            mbarrier.expect(bars.index(2), 128 * 128 * 4)  # the other program's partial, beside the tail's MMAs
-            for q in gl.static_range(4):
-                tma.async_copy_global_to_shared(ws_desc, [other, q * 32], bars.index(2), r_s.slice(q * 32, 32, dim=1))
+            if PARTS & 2:  # the other program's partial, beside the tail's MMAs
+                mbarrier.expect(bars.index(2), 128 * 128 * 4)
+                for q in gl.static_range(4):
+                    tma.async_copy_global_to_shared(
+                        ws_desc, [other, q * 32], bars.index(2), r_s.slice(q * 32, 32, dim=1)
+                    )
         acc = gl.zeros([128, 128], gl.float32, acc_layout)
         for _k in range(length):
             s = i % 2
@@ -284,15 +290,17 @@ def fixup_floor_loop(a_desc, b_desc, c_desc, ws_desc, steps, n_row, first, stamp
             i += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         if t == 0:  # the head's partial, fp32, for another program to add
-            w_s.store(acc)
-            fence_async_shared()
-            gl.thread_barrier()
-            for q in gl.static_range(4):
-                tma.async_copy_shared_to_global(ws_desc, [pid * 128, q * 32], w_s.slice(q * 32, 32, dim=1))
+            if PARTS & 1:
+                w_s.store(acc)
+                fence_async_shared()
+                gl.thread_barrier()
+                for q in gl.static_range(4):
+                    tma.async_copy_shared_to_global(ws_desc, [pid * 128, q * 32], w_s.slice(q * 32, 32, dim=1))
         else:
             t_loop, c_loop = _stamp()
-            mbarrier.wait(bars.index(2), 0)
-            acc = acc + r_s.load(acc_layout)
+            if PARTS & 2:
+                mbarrier.wait(bars.index(2), 0)
+                acc = acc + r_s.load(acc_layout)
             _store_tile(c_desc, c_s, acc, pid, 128)
     tma.store_wait(0)
     t_end, _ = _stamp()
@@ -507,14 +515,14 @@ def io_fn(
     bn: int = 128,
     cut_from: int = 0,
     sink: int = 0,
-    fixup: bool = False,
+    fixup: int | None = None,
 ):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
     128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
     ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink`` > 0: the loads beside
-    the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); ``fixup``:
-    two tiles, the first's fp32 partial written for another program and another's added to the second
-    (``fixup_floor_loop``, every program); stamped into ``stamps`` (busy x 5) when given."""
+    the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); ``fixup``
+    (``fixup_floor_loop``'s PARTS; None: not that floor): two tiles, the first's fp32 partial written for another
+    program (1), another's added to the second (2), every program; stamped into ``stamps`` (busy x 5) when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
@@ -522,18 +530,20 @@ def io_fn(
         raise ValueError(f"bn {bn} on {busy} programs: tiles of 128 or 256 columns, all within grad_weight")
     if sink and (bn != 128 or not 2 < sink <= PACED.value // 2):
         raise ValueError(f"sink {sink} with bn {bn}: a ring of 3 to {PACED.value // 2} stages, 128x128 tiles")
-    if fixup and (bn != 128 or sink or cut_from or not 0 < first < steps or first + every != steps):
+    if fixup is not None and (
+        fixup not in (0, 1, 2, 3) or bn != 128 or sink or cut_from or not 0 < first < steps or first + every != steps
+    ):
         raise ValueError(f"fix-ups in tiles {tiles} of {steps} steps: two tiles of 128x128, every program cut")
     workspace: list = []  # (tensor, descriptor), made at the first call, on the inputs' device
 
     def fn(go, x, w, out=None):
         st = stamps if stamps is not None else torch.empty(1, dtype=torch.int64, device=go.device)
-        if fixup:
+        if fixup is not None:
             if not workspace:
                 workspace.extend(fixup_workspace(busy, go.device))
             a, b, c = io_floor_args(go, w, out[1])
             fixup_floor_loop[(busy,)](
-                a, b, c, workspace[1], steps, n_row, first, st, STAMP=stamps is not None, num_warps=8
+                a, b, c, workspace[1], steps, n_row, first, st, STAMP=stamps is not None, PARTS=fixup, num_warps=8
             )
             return
         if sink:
@@ -757,9 +767,11 @@ def main() -> None:
             sp = floors["split"]
             split_half = (sp[1] - sp[1] // 2, sp[1] // 2)
             io["split_half"] = t(io_fn(sp[0], sp[1], n_row, split_half), True, "io floor split, in two tiles")
-            fix = {"tiles": split_half, "fixup": True}
+            fix = {"tiles": split_half, "fixup": 3}
             io["split_fixup"] = t(io_fn(sp[0], sp[1], n_row, **fix), True, "io floor split, two tiles, fix-ups")
             detail_fix = io_stamps(sp[0], sp[1], n_row, [make(True) for _ in range(5)], flush, **fix)
+            for parts, what in ((0, "neither"), (1, "written"), (2, "read")):
+                io[f"fix_{what}"] = t(io_fn(sp[0], sp[1], n_row, split_half, fixup=parts), True, f"fix-ups: {what}")
             parts = [
                 f"whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS)",
                 f"split {io['split']:.1f} ({io['split'] / cb:.3f})",
@@ -767,7 +779,9 @@ def main() -> None:
                 f"{tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f})",
                 f"whole in two tiles (one boundary) {io['half']:.1f} ({io['half'] / cb:.3f})",
                 f"split in two tiles {io['split_half']:.1f} ({io['split_half'] / cb:.3f})",
-                f"split in two tiles with fix-ups {io['split_fixup']:.1f} ({io['split_fixup'] / cb:.3f})",
+                f"split in two tiles with fix-ups {io['split_fixup']:.1f} ({io['split_fixup'] / cb:.3f}; with neither "
+                f"part {io['fix_neither']:.1f}, the partial written only {io['fix_written']:.1f}, read only "
+                f"{io['fix_read']:.1f})",
             ]
             print(
                 f"io floor M={m}: {', '.join(parts)}; whole, stamped: {detail}; in the plan's tiles, stamped: "

@@ -316,10 +316,13 @@ def test_the_io_floor_refuses_tiles_that_do_not_cut_its_steps_exactly(monkeypatc
     for sink, bn in ((6, 256), (2, 128), (17, 128)):  # 128x128 tiles only; a ring of 3 to 16 stages
         with pytest.raises(ValueError, match=rf"sink {sink} with bn {bn}"):
             diag_floor.io_fn(128, 32, 8, bn=bn, sink=sink)
-    assert callable(diag_floor.io_fn(132, 63, 8, (32, 31), fixup=True))  # the split plan at M = 1024, one event
+    for parts in (0, 1, 2, 3):  # the split plan at M = 1024, one event: neither fix-up, the write, the read, both
+        assert callable(diag_floor.io_fn(132, 63, 8, (32, 31), fixup=parts))
     for tiles, launch in (((0, 0), {}), ((21, 21), {}), ((32, 31), {"cut_from": 64}), ((32, 31), {"sink": 6})):
         with pytest.raises(ValueError, match=r"fix-ups in tiles"):  # two tiles, every program, the io floor's loop
-            diag_floor.io_fn(132, 63, 8, tiles, fixup=True, **launch)
+            diag_floor.io_fn(132, 63, 8, tiles, fixup=3, **launch)
+    with pytest.raises(ValueError, match=r"fix-ups in tiles"):
+        diag_floor.io_fn(132, 63, 8, (32, 31), fixup=4)
 
 
 def test_the_128x256_plan_runs_the_busiest_steps_of_the_128x128_plan_with_half_its_boundaries(
