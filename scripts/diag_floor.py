@@ -13,19 +13,17 @@ its outputs can only be slower, and its clock no higher (the loop alone draws le
 timer and SM clock at its start and end, five launches after a flush): its time a step and the SM clock it ran at,
 to set against the table's kernel's loops in the trace (``scripts/diag_gluon_timeline.py``'s MHz).
 
-``--io`` adds the floor with what no kernel can leave out (item 41): ``io_floor_loop``, one 8-warp program an SM (the
-cooperative kernel's two warpgroups on one 128x128 tile), its first two K-steps' blocks of its own grad_attn tile
-loaded by TMA from the iteration's cold grad_output and weight (the 384 KB of distinct lines a K-step at M = 1024),
-the same MMAs from shared memory, then its 128x128 tile stored as bf16 through shared memory by TMA into the
-iteration's grad_weight (4 MB at the end, as the kernel's last tiles), on both plans, on the whole plan cut into its
-tiles (each stored at its end: the plan's boundaries), on both plans cut in two (one boundary: the fewest a busiest
-program of 128x128 tiles, or of a split plan, can have), and on the 128x256 plan (``n256_plan``: 128x256 tiles, half
-the programs with no boundary); stamped: the first data's wait from the entry, the loop's time a step and clock, the
-store's, and the cut and uncut programs' loops side by side; and ``fixup_floor_loop``: the ``split`` plan in two tiles
-with a split plan's fix-ups (the head's fp32 partial written at the boundary, another program's added at the end).
-``--sink N`` adds ``ws_floor_loop``: the same floor in
-the kernel's partitions (two consumer warpgroups and a loader warp), the loader streaming every later K-step's blocks
-beside the MMAs, into a buffer they never read, at the pace of an N-stage ring: the load traffic without the waits.
+``--io`` adds the floors with what no kernel can leave out (item 41, runs c-l), each timed beside cuBLAS:
+- ``io_floor_loop``: one 8-warp program an SM (the cooperative kernel's two warpgroups), its tile's first two K-steps
+  loaded by TMA from the iteration's cold inputs, the floor's MMAs from them, its tile stored by TMA at its end; on
+  both plans, cut into the table's tiles (``plan_tiles``: a boundary store at each tile's end), cut in two (one
+  boundary), and in the 128x256 plan (``n256_plan``); stamped (first data, the loop's time a step and clock, the
+  store; cut and uncut programs apart);
+- ``fixup_floor_loop``: the ``split`` plan in two tiles with a split plan's fix-ups (the head's fp32 partial written
+  at the boundary, another program's added at the end), and each fix-up alone;
+- with ``--sink N``, ``ws_floor_loop``: the io floor in the kernel's partitions (two consumer warpgroups and a loader
+  warp), the loader streaming every later K-step's blocks beside the MMAs at an N-stage ring's pace into a buffer the
+  MMAs never read: the loads' traffic without their waits.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)

@@ -5,8 +5,8 @@
 # Usage: bash scripts/gpu_v19_session.sh [sweep] [apply] [tests] [bench] [confirm] [floor]   (no step named: the
 # first four; confirm: tests and bench only if the sweep's selection, $OUT/select.json, moved a bucket off its
 # baseline; floor: kernel/NOTES.md items 39 and 41, the floor's loop and clock and the io floors (the first fill, the
-# plans' boundaries, the last store) at M = 1024 and 2048 beside the trace of the table's entry at M = 1024; any other
-# word: one line on stderr, exit 2, nothing run)
+# plans' boundaries, the last store, a split plan's fix-ups, a loader warp's loads) at M = 1024 and 2048 beside the
+# trace of the table's entry at M = 1024; any other word: one line on stderr, exit 2, nothing run)
 # Environment: SWEEP_ARGS (more arguments of the sweep: --only NAMES, --timed B,S ...), TAG (the logs' prefix,
 # default v19), SWEEP_TIMEOUT / TESTS_TIMEOUT (s; default 300 / 120).
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, and nothing run
@@ -40,7 +40,7 @@ for step in $steps; do
              else
                echo "confirm: the selection kept every bucket's entry; no GPU tests, no 16 cases"
              fi ;;
-    floor) PYTHONPATH=$PWD:$PWD/scripts timeout 200 python3 scripts/diag_floor.py --ms 1024,2048 --io 2>&1 \
+    floor) PYTHONPATH=$PWD:$PWD/scripts timeout 200 python3 scripts/diag_floor.py --ms 1024,2048 --io --sink 6 2>&1 \
              | grep -v -i "warn" | tee "$OUT/${TAG}_floor.log" | tail -n 30
            timeout 200 python3 scripts/diag_gluon_timeline.py --ms 1024 --variants coop --kinds both --reps 10 2>&1 \
              | grep -v -i "warn" | tee "$OUT/${TAG}_trace.log" | tail -n 12 ;;
