@@ -318,17 +318,20 @@ def fixup_workspace(busy: int, device) -> tuple[torch.Tensor, TensorDescriptor]:
     return ws, TensorDescriptor.from_tensor(ws, [128, 32], layout)
 
 
-PACED = gl.constexpr(32)  # the consumers' step barriers, reused every 32 steps (the loader trails by a ring at most)
+PACED = gl.constexpr(32)  # the step barriers of ws_floor_loop's two sides, each reused every 32 steps
+LAG = gl.constexpr(16)  # the most steps its consumers run ahead of its loader's issue (so no barrier is lapped)
 
 
 @gluon.jit
 def _ws_consumer(
-    WG: gl.constexpr, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
-    STAMP: gl.constexpr,
+    WG: gl.constexpr, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
+    stamps_ptr, STAMP: gl.constexpr,
 ):  # fmt: skip
     """``ws_floor_loop``'s warpgroup WG: its 64 rows of every step's 128x128x64 MMAs from the two stages of the
-    first data (no wait for any later data), an arrival on ``paced`` after each step's wait (the step before
-    retired: the kernel's release of a ring stage), its 64x128 half of each tile stored by TMA at the tile's end."""
+    first data (no wait for the data of later steps: only, where the loader has fallen ``LAG`` steps behind, for
+    its issue of the step ``LAG`` back, which keeps both sides within one use of every barrier), an arrival on
+    ``paced`` after each step's wait (the step before retired: the kernel's release of a ring stage), its 64x128
+    half of each tile stored by TMA at the tile's end."""
     dtype: gl.constexpr = c_s.dtype
     pid = gl.program_id(0)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -355,6 +358,8 @@ def _ws_consumer(
             s = i % 2
             if i == 1:
                 mbarrier.wait(bars.index(1), 0)
+            if i >= 2 + LAG:
+                mbarrier.wait(issued.index((i - LAG) % PACED), ((i - LAG) // PACED) & 1)
             acc = warpgroup_mma(a_s.index(s).slice(WG * 64, 64, dim=0), b_s.index(s), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=(acc,))
             mbarrier.arrive(paced.index(i % PACED), count=1)
@@ -383,24 +388,29 @@ def _ws_consumer(
 
 
 @gluon.jit
-def _ws_consumer0(a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
-                  STAMP: gl.constexpr):  # fmt: skip
-    _ws_consumer(0, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP)
+def _ws_consumer0(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
+                  stamps_ptr, STAMP: gl.constexpr):  # fmt: skip
+    _ws_consumer(
+        0, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP
+    )
 
 
 @gluon.jit
-def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr,
-                  STAMP: gl.constexpr):  # fmt: skip
-    _ws_consumer(1, a_s, b_s, c_s, c_desc, bars, paced, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP)
+def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
+                  stamps_ptr, STAMP: gl.constexpr):  # fmt: skip
+    _ws_consumer(
+        1, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP
+    )
 
 
 @gluon.jit
-def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot, sink_bars, steps, n_row,
+def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, issued, boot, sink_bars, steps, n_row,
                STAGES: gl.constexpr):  # fmt: skip
     """``ws_floor_loop``'s loader warp: the first two K-steps' blocks into the MMAs' two stages, then the step
     barriers initialised (after those loads, as the kernel's lazy init), then every later step's blocks by TMA into
     one buffer the MMAs never read, step n's once the consumers have retired step n - STAGES (a ring of STAGES
-    stages' pace), at most STAGES in flight; their last ones waited for before the program ends."""
+    stages' pace), at most STAGES in flight, each step's issue arrived on ``issued``; their last ones waited for
+    before the program ends."""
     pid = gl.program_id(0)
     row = (pid % n_row) * 128
     col = ((pid // n_row) % 16) * 128
@@ -411,8 +421,9 @@ def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot, sink
             tma.async_copy_global_to_shared(
                 b_desc, [f * 64, col + q * 64], bars.index(f), b_s.index(f).slice(q * 64, 64, dim=1)
             )
-    for f in gl.static_range(PACED):
+    for f in gl.static_range(PACED):  # (the two allocations' inits interleaved: no barrier between them)
         mbarrier.init(paced.index(f), count=2)
+        mbarrier.init(issued.index(f), count=1)
     for f in gl.static_range(STAGES):
         mbarrier.init(sink_bars.index(f), count=1)
     fence_async_shared()
@@ -432,6 +443,7 @@ def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot, sink
             tma.async_copy_global_to_shared(
                 b_desc, [kk, col + jj * 64], sink_bars.index(slot), sink_b.slice(jj * 64, 64, dim=1)
             )
+        mbarrier.arrive(issued.index(n % PACED), count=1)
     n_loads = steps - 2
     for f in gl.static_range(STAGES):
         if f < n_loads:
@@ -443,8 +455,10 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
                   STAGES: gl.constexpr):  # fmt: skip
     """The io floor with the pipeline's load traffic beside its MMAs, from a loader warp of its own (the kernel's
     partitions: two consumer warpgroups and a loader warp, ``num_warps`` = 4): the consumers run the io floor's MMAs
-    on the first two steps' data and never wait for later data; the loader streams every later step's blocks at the
-    pace a ring of ``STAGES`` stages allows (``_ws_loader``). Tiles, stamps and the store as ``io_floor_loop``'s
+    on the first two steps' data and wait for no later data (only for the loader's issue ``LAG`` steps back, where
+    it has fallen that far behind: the bound that keeps every barrier within one use, docs/h100/v53_floor_io_2048.log
+    the hang without it); the loader streams every later step's blocks at the pace a ring of ``STAGES`` stages
+    allows (``_ws_loader``). Tiles, stamps and the store as ``io_floor_loop``'s
     (the store by halves, one a warpgroup, through [64, 64] boxes)."""
     dtype: gl.constexpr = a_desc.dtype
     t_entry, _ = _stamp()
@@ -455,6 +469,7 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
     c_s = gl.allocate_shared_memory(dtype, [2, 64, 128], c_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     paced = gl.allocate_shared_memory(gl.int64, [PACED, 1], mbarrier.MBarrierLayout())
+    issued = gl.allocate_shared_memory(gl.int64, [PACED, 1], mbarrier.MBarrierLayout())
     sink_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     boot = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
@@ -463,12 +478,12 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
     fence_async_shared()
     gl.warp_specialize(
         [
-            (_ws_consumer0, (a_s, b_s, c_s, c_desc, bars, paced, boot.index(0), steps, first, every, cut_from, t_entry,
-                             stamps_ptr, STAMP)),
-            (_ws_consumer1, (a_s, b_s, c_s, c_desc, bars, paced, boot.index(0), steps, first, every, cut_from, t_entry,
-                             stamps_ptr, STAMP)),
-            (_ws_loader, (a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, boot.index(0), sink_bars, steps, n_row,
-                          STAGES)),
+            (_ws_consumer0, (a_s, b_s, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every, cut_from,
+                             t_entry, stamps_ptr, STAMP)),
+            (_ws_consumer1, (a_s, b_s, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every, cut_from,
+                             t_entry, stamps_ptr, STAMP)),
+            (_ws_loader, (a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, issued, boot.index(0), sink_bars,
+                          steps, n_row, STAGES)),
         ],
         [4, 1],
         [232, 40],
