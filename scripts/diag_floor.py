@@ -358,8 +358,8 @@ def _ws_consumer(
             s = i % 2
             if i == 1:
                 mbarrier.wait(bars.index(1), 0)
-            if i >= 2 + LAG:
-                mbarrier.wait(issued.index((i - LAG) % PACED), ((i - LAG) // PACED) & 1)
+            if i >= 2 + LAG:  # the loader's load i - 2 - LAG issued (its loads count from step 2's, index 0)
+                mbarrier.wait(issued.index((i - 2 - LAG) % PACED), ((i - 2 - LAG) // PACED) & 1)
             acc = warpgroup_mma(a_s.index(s).slice(WG * 64, 64, dim=0), b_s.index(s), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=(acc,))
             mbarrier.arrive(paced.index(i % PACED), count=1)
@@ -443,7 +443,7 @@ def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, issued, bo
             tma.async_copy_global_to_shared(
                 b_desc, [kk, col + jj * 64], sink_bars.index(slot), sink_b.slice(jj * 64, 64, dim=1)
             )
-        mbarrier.arrive(issued.index(n % PACED), count=1)
+        mbarrier.arrive(issued.index(ld % PACED), count=1)
     n_loads = steps - 2
     for f in gl.static_range(STAGES):
         if f < n_loads:
