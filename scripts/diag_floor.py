@@ -319,7 +319,7 @@ def fixup_workspace(busy: int, device) -> tuple[torch.Tensor, TensorDescriptor]:
 
 
 PACED = gl.constexpr(32)  # the step barriers of ws_floor_loop's two sides, each reused every 32 steps
-LAG = gl.constexpr(16)  # the most steps its consumers run ahead of its loader's issue (so no barrier is lapped)
+LAG = gl.constexpr(16)  # about the most steps its consumers run ahead of its loader's issue (no barrier lapped)
 
 
 @gluon.jit
@@ -358,8 +358,9 @@ def _ws_consumer(
             s = i % 2
             if i == 1:
                 mbarrier.wait(bars.index(1), 0)
-            if i >= 2 + LAG:  # the loader's load i - 2 - LAG issued (its loads count from step 2's, index 0)
-                mbarrier.wait(issued.index((i - 2 - LAG) % PACED), ((i - 2 - LAG) // PACED) & 1)
+            if i >= 2 + LAG and (i - 2 - LAG) % 8 == 0:  # the loader's load i - 2 - LAG issued (a word every 8)
+                g = (i - 2 - LAG) // 8
+                mbarrier.wait(issued.index(g % 8), (g // 8) & 1)
             acc = warpgroup_mma(a_s.index(s).slice(WG * 64, 64, dim=0), b_s.index(s), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=(acc,))
             mbarrier.arrive(paced.index(i % PACED), count=1)
@@ -404,50 +405,54 @@ def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first
 
 
 @gluon.jit
-def _ws_loader(a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, issued, boot, sink_bars, steps, n_row,
+def _ws_loader(a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot, sink_bars, steps, n_row,
                STAGES: gl.constexpr):  # fmt: skip
-    """``ws_floor_loop``'s loader warp: the first two K-steps' blocks into the MMAs' two stages, then the step
-    barriers initialised (after those loads, as the kernel's lazy init), then every later step's blocks by TMA into
-    one buffer the MMAs never read, step n's once the consumers have retired step n - STAGES (a ring of STAGES
-    stages' pace), at most STAGES in flight, each step's issue arrived on ``issued``; their last ones waited for
-    before the program ends."""
+    """``ws_floor_loop``'s loader warp: the first two K-steps' blocks into ring slots 0 and 1 (the MMAs' operands),
+    then the step barriers initialised (after those loads, as the kernel's lazy init), then every later step n's
+    blocks by TMA into slot n % STAGES once the consumers have retired step n - STAGES (a ring of STAGES stages'
+    pace) and the slot's last load has landed; the slots the MMAs read are overwritten too (their values do not
+    matter here, their timing does). Every 8th load's issue arrived on ``issued``; the last loads waited for before
+    the program ends."""
     pid = gl.program_id(0)
     row = (pid % n_row) * 128
     col = ((pid // n_row) % 16) * 128
     for f in gl.static_range(2):
         mbarrier.expect(bars.index(f), 2 * 128 * 64 * 2)
-        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bars.index(f), a_s.index(f))
+        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bars.index(f), ring_a.index(f))
         for q in gl.static_range(2):
             tma.async_copy_global_to_shared(
-                b_desc, [f * 64, col + q * 64], bars.index(f), b_s.index(f).slice(q * 64, 64, dim=1)
+                b_desc, [f * 64, col + q * 64], bars.index(f), ring_b.index(f).slice(q * 64, 64, dim=1)
             )
-    for f in gl.static_range(PACED):  # (the two allocations' inits interleaved: no barrier between them)
+    for f in gl.static_range(PACED):  # (the allocations' inits interleaved: no barrier between them)
         mbarrier.init(paced.index(f), count=2)
-        mbarrier.init(issued.index(f), count=1)
-    for f in gl.static_range(STAGES):
-        mbarrier.init(sink_bars.index(f), count=1)
+        if f < 8:
+            mbarrier.init(issued.index(f), count=1)
+        if f < STAGES:
+            mbarrier.init(sink_bars.index(f), count=1)
     fence_async_shared()
     mbarrier.arrive(boot, count=1)
     for n in range(2, steps):
         if n >= STAGES:
             c = n - STAGES + 1  # the consumers' arrival at step c: step n - STAGES retired, its stage free
             mbarrier.wait(paced.index(c % PACED), (c // PACED) & 1)
-        ld = n - 2
-        slot = ld % STAGES
-        if ld >= STAGES:
-            mbarrier.wait(sink_bars.index(slot), ((ld // STAGES) - 1) & 1)
+        slot = n % STAGES
+        prev = n - STAGES  # the slot's last load: the first data's (landed before the consumers began) or a sink load
+        if prev >= 2:
+            mbarrier.wait(sink_bars.index(slot), ((prev - slot) // STAGES - (slot < 2)) & 1)
         kk = (n % (2048 // 64)) * 64
         mbarrier.expect(sink_bars.index(slot), 2 * 128 * 64 * 2)
-        tma.async_copy_global_to_shared(a_desc, [row, kk], sink_bars.index(slot), sink_a)
-        for jj in gl.static_range(2):
+        tma.async_copy_global_to_shared(a_desc, [row, kk], sink_bars.index(slot), ring_a.index(slot))
+        for q in gl.static_range(2):
             tma.async_copy_global_to_shared(
-                b_desc, [kk, col + jj * 64], sink_bars.index(slot), sink_b.slice(jj * 64, 64, dim=1)
+                b_desc, [kk, col + q * 64], sink_bars.index(slot), ring_b.index(slot).slice(q * 64, 64, dim=1)
             )
-        mbarrier.arrive(issued.index(ld % PACED), count=1)
-    n_loads = steps - 2
-    for f in gl.static_range(STAGES):
-        if f < n_loads:
-            mbarrier.wait(sink_bars.index(f), ((n_loads - f + STAGES - 1) // STAGES - 1) & 1)
+        ld = n - 2
+        if ld % 8 == 0:
+            mbarrier.arrive(issued.index((ld // 8) % 8), count=1)
+    for f in gl.static_range(STAGES):  # each slot's last load (its k-th into the slot, k counted from 0)
+        last = f + STAGES * ((steps - 1 - f) // STAGES)
+        if steps - 1 >= f and last >= 2:
+            mbarrier.wait(sink_bars.index(f), ((last - f) // STAGES - (f < 2)) & 1)
 
 
 @gluon.jit
@@ -455,21 +460,19 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
                   STAGES: gl.constexpr):  # fmt: skip
     """The io floor with the pipeline's load traffic beside its MMAs, from a loader warp of its own (the kernel's
     partitions: two consumer warpgroups and a loader warp, ``num_warps`` = 4): the consumers run the io floor's MMAs
-    on the first two steps' data and wait for no later data (only for the loader's issue ``LAG`` steps back, where
-    it has fallen that far behind: the bound that keeps every barrier within one use, docs/h100/v53_floor_io_2048.log
-    the hang without it); the loader streams every later step's blocks at the pace a ring of ``STAGES`` stages
-    allows (``_ws_loader``). Tiles, stamps and the store as ``io_floor_loop``'s
-    (the store by halves, one a warpgroup, through [64, 64] boxes)."""
+    on the first two steps' data (ring slots 0 and 1) and wait for no later data (only for the loader's issue ``LAG``
+    steps back, where it has fallen that far behind: the bound that keeps every barrier within one use,
+    docs/h100/v53_floor_io_2048.log the hang without it); the loader streams every later step's blocks into the ring
+    at the pace a ring of ``STAGES`` stages allows (``_ws_loader``). Tiles, stamps and the store as
+    ``io_floor_loop``'s (the store by halves, one a warpgroup, through [64, 64] boxes)."""
     dtype: gl.constexpr = a_desc.dtype
     t_entry, _ = _stamp()
-    a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
-    b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
-    sink_a = gl.allocate_shared_memory(dtype, [128, 64], a_desc.layout)
-    sink_b = gl.allocate_shared_memory(dtype, [64, 128], b_desc.layout)
+    ring_a = gl.allocate_shared_memory(dtype, [STAGES, 128, 64], a_desc.layout)
+    ring_b = gl.allocate_shared_memory(dtype, [STAGES, 64, 128], b_desc.layout)
     c_s = gl.allocate_shared_memory(dtype, [2, 64, 128], c_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     paced = gl.allocate_shared_memory(gl.int64, [PACED, 1], mbarrier.MBarrierLayout())
-    issued = gl.allocate_shared_memory(gl.int64, [PACED, 1], mbarrier.MBarrierLayout())
+    issued = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
     sink_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     boot = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
@@ -478,12 +481,12 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
     fence_async_shared()
     gl.warp_specialize(
         [
-            (_ws_consumer0, (a_s, b_s, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every, cut_from,
-                             t_entry, stamps_ptr, STAMP)),
-            (_ws_consumer1, (a_s, b_s, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every, cut_from,
-                             t_entry, stamps_ptr, STAMP)),
-            (_ws_loader, (a_desc, b_desc, a_s, b_s, sink_a, sink_b, bars, paced, issued, boot.index(0), sink_bars,
-                          steps, n_row, STAGES)),
+            (_ws_consumer0, (ring_a, ring_b, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every,
+                             cut_from, t_entry, stamps_ptr, STAMP)),
+            (_ws_consumer1, (ring_a, ring_b, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every,
+                             cut_from, t_entry, stamps_ptr, STAMP)),
+            (_ws_loader, (a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot.index(0), sink_bars, steps, n_row,
+                          STAGES)),
         ],
         [4, 1],
         [232, 40],
