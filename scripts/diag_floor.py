@@ -135,6 +135,57 @@ def plan_tiles(m: int, sms: int) -> tuple[int, tuple[int, int]] | None:
 
 
 @gluon.jit
+def _load_first_two(a_desc, b_desc, a_s, b_s, bars, row, col, BN: gl.constexpr):
+    """The first two K-steps' blocks of the 128xBN tile at (``row``, ``col``) by TMA into stages 0 and 1 of ``a_s``
+    and ``b_s``, each stage's arrival on its barrier of ``bars``."""
+    for f in gl.static_range(2):
+        bar = bars.index(f)
+        mbarrier.expect(bar, (128 + BN) * 64 * 2)
+        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
+        for j in gl.static_range(BN // 64):
+            tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
+
+
+@gluon.jit
+def _store_stamps(stamps_ptr, pid, t_entry, t_data, t_loop, loop_clocks, t_end):
+    """A program's five stamps (entry, first data, loop end, the loop's clocks, stored) at row ``pid``."""
+    base = stamps_ptr + pid * 5
+    gl.store(base, t_entry)
+    gl.store(base + 1, t_data)
+    gl.store(base + 2, t_loop)
+    gl.store(base + 3, loop_clocks)
+    gl.store(base + 4, t_end)
+
+
+@gluon.jit
+def _tile_length(t, steps, first, every, cut):
+    """Tile ``t``'s steps: all ``steps`` in one tile, or cut (``first``, then ``every``)."""
+    length = steps
+    if cut:
+        length = every
+        if t == 0:
+            length = first
+    return length
+
+
+@gluon.jit
+def _tile_mmas(a_s, b_s, bars, i, length, acc_layout: gl.constexpr, BN: gl.constexpr):
+    """A tile's ``length`` 128xBNx64 MMAs from the two stages, one group in flight, its accumulator fresh (outside the
+    MMA loop: a reset inside it makes ptxas serialise every wgmma, its C7515, docs/h100/v42b_floor_io.log), the
+    second stage waited for at the program's second step ``i`` == 1. Returns (the accumulator, the next ``i``)."""
+    acc = gl.zeros([128, BN], gl.float32, acc_layout)
+    for _k in range(length):
+        s = i % 2
+        if i == 1:
+            mbarrier.wait(bars.index(1), 0)
+        acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+        i += 1
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    return acc, i
+
+
+@gluon.jit
 def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr):
     """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores, once the last tile's have
     read ``c_s``."""
@@ -182,50 +233,26 @@ def io_floor_loop(
     mbarrier.init(bars.index(0), count=1)
     mbarrier.init(bars.index(1), count=1)
     fence_async_shared()
-    for f in gl.static_range(2):
-        bar = bars.index(f)
-        mbarrier.expect(bar, (128 + BN) * 64 * 2)
-        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
-        for j in gl.static_range(BN // 64):
-            tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
+    _load_first_two(a_desc, b_desc, a_s, b_s, bars, row, col, BN)
     mbarrier.wait(bars.index(0), 0)
     t_data, c_data = _stamp()
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, BN, 16])
     # the tiles' loops one inside the other, the boundary's store between them: an accumulator reset inside the MMA
     # loop makes ptxas serialise every wgmma (its C7515), 45 % more time a step (docs/h100/v42b_floor_io.log)
     cut = first > 0 and pid >= cut_from
-    n_tiles = 1
-    if cut:
-        n_tiles = 1 + (steps - first) // every
+    n_tiles = 1 + (steps - first) // every if cut else 1
     i = 0
     t_loop, c_loop = t_data, c_data  # (the last tile's loop end, stamped below)
     for t in range(n_tiles):
-        length = steps
-        if cut:
-            length = every
-            if t == 0:
-                length = first
-        acc = gl.zeros([128, BN], gl.float32, acc_layout)
-        for _k in range(length):
-            s = i % 2
-            if i == 1:
-                mbarrier.wait(bars.index(1), 0)
-            acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            i += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
+        length = _tile_length(t, steps, first, every, cut)
+        acc, i = _tile_mmas(a_s, b_s, bars, i, length, acc_layout, BN)
         if t == n_tiles - 1:
             t_loop, c_loop = _stamp()
         _store_tile(c_desc, c_s, acc, pid, BN)
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
-        base = stamps_ptr + pid * 5
-        gl.store(base, t_entry)
-        gl.store(base + 1, t_data)
-        gl.store(base + 2, t_loop)
-        gl.store(base + 3, c_loop - c_data)
-        gl.store(base + 4, t_end)
+        _store_stamps(stamps_ptr, pid, t_entry, t_data, t_loop, c_loop - c_data, t_end)
 
 
 @gluon.jit
@@ -254,12 +281,7 @@ def fixup_floor_loop(
     for f in gl.static_range(3):
         mbarrier.init(bars.index(f), count=1)
     fence_async_shared()
-    for f in gl.static_range(2):
-        bar = bars.index(f)
-        mbarrier.expect(bar, 2 * 128 * 64 * 2)
-        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bar, a_s.index(f))
-        for j in gl.static_range(2):
-            tma.async_copy_global_to_shared(b_desc, [f * 64, col + j * 64], bar, b_s.index(f).slice(j * 64, 64, dim=1))
+    _load_first_two(a_desc, b_desc, a_s, b_s, bars, row, col, 128)
     mbarrier.wait(bars.index(0), 0)
     t_data, c_data = _stamp()
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -278,15 +300,7 @@ def fixup_floor_loop(
                     tma.async_copy_global_to_shared(
                         ws_desc, [other, q * 32], bars.index(2), r_s.slice(q * 32, 32, dim=1)
                     )
-        acc = gl.zeros([128, 128], gl.float32, acc_layout)
-        for _k in range(length):
-            s = i % 2
-            if i == 1:
-                mbarrier.wait(bars.index(1), 0)
-            acc = warpgroup_mma(a_s.index(s), b_s.index(s), acc, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            i += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc, i = _tile_mmas(a_s, b_s, bars, i, length, acc_layout, 128)
         if t == 0:  # the head's partial, fp32, for another program to add
             if PARTS & 1:
                 w_s.store(acc)
@@ -303,12 +317,7 @@ def fixup_floor_loop(
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
-        base = stamps_ptr + pid * 5
-        gl.store(base, t_entry)
-        gl.store(base + 1, t_data)
-        gl.store(base + 2, t_loop)
-        gl.store(base + 3, c_loop - c_data)
-        gl.store(base + 4, t_end)
+        _store_stamps(stamps_ptr, pid, t_entry, t_data, t_loop, c_loop - c_data, t_end)
 
 
 def fixup_workspace(busy: int, device) -> tuple[torch.Tensor, TensorDescriptor]:
@@ -341,18 +350,12 @@ def _ws_consumer(
     mbarrier.wait(bars.index(0), 0)
     t_data, c_data = _stamp()
     cut = first > 0 and pid >= cut_from
-    n_tiles = 1
-    if cut:
-        n_tiles = 1 + (steps - first) // every
+    n_tiles = 1 + (steps - first) // every if cut else 1
     half = c_s.index(WG)
     i = 0
     t_loop, c_loop = t_data, c_data
     for t in range(n_tiles):
-        length = steps
-        if cut:
-            length = every
-            if t == 0:
-                length = first
+        length = _tile_length(t, steps, first, every, cut)
         acc = gl.zeros([64, 128], gl.float32, acc_layout)
         for _k in range(length):
             s = i % 2
@@ -380,12 +383,7 @@ def _ws_consumer(
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP and WG == 0:
-        base = stamps_ptr + pid * 5
-        gl.store(base, t_entry)
-        gl.store(base + 1, t_data)
-        gl.store(base + 2, t_loop)
-        gl.store(base + 3, c_loop - c_data)
-        gl.store(base + 4, t_end)
+        _store_stamps(stamps_ptr, pid, t_entry, t_data, t_loop, c_loop - c_data, t_end)
 
 
 @gluon.jit
@@ -416,13 +414,7 @@ def _ws_loader(a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot, sink_b
     pid = gl.program_id(0)
     row = (pid % n_row) * 128
     col = ((pid // n_row) % 16) * 128
-    for f in gl.static_range(2):
-        mbarrier.expect(bars.index(f), 2 * 128 * 64 * 2)
-        tma.async_copy_global_to_shared(a_desc, [row, f * 64], bars.index(f), ring_a.index(f))
-        for q in gl.static_range(2):
-            tma.async_copy_global_to_shared(
-                b_desc, [f * 64, col + q * 64], bars.index(f), ring_b.index(f).slice(q * 64, 64, dim=1)
-            )
+    _load_first_two(a_desc, b_desc, ring_a, ring_b, bars, row, col, 128)
     for f in gl.static_range(PACED):  # (the allocations' inits interleaved: no barrier between them)
         mbarrier.init(paced.index(f), count=2)
         if f < 8:
