@@ -85,37 +85,15 @@ def total_steps(m: int) -> int:
     return ga + gw
 
 
-def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
-    """name -> (SMs busy, steps each): ``whole``, the table's plan at M (the busiest program's 128x128x64-equivalent
-    steps, on its programs); ``split``, the problem's steps spread evenly on every SM (rounded up)."""
-    cfg = gb.GLUON_TABLE[bucket_for(m)][0]
-    plan = gb.plan_for(m, cfg, sms)
-    per_tile = {"ga": (cfg.ga_bm * cfg.ga_bn) // (128 * 128) * (HIDDEN // STEP)}
-    per_tile["gw"] = (cfg.gw_bm * cfg.gw_bn) // (128 * 128) * math.ceil(m / STEP)
-    busiest = 0
-    for p in range(plan.programs):
-        if plan.p_ga:  # partitioned: programs < p_ga run grad_attn tiles only, the others grad_weight tiles only
-            if p < plan.p_ga:
-                steps = len(range(p, plan.n_ga, plan.p_ga)) * per_tile["ga"]
-            else:
-                steps = len(range(p - plan.p_ga, plan.n_gw, plan.programs - plan.p_ga)) * per_tile["gw"]
-        else:
-            steps = len(range(p, plan.n_ga, plan.programs)) * per_tile["ga"]
-            steps += len(range(p, plan.n_gw, plan.programs)) * per_tile["gw"]
-        busiest = max(busiest, steps)
-    return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
-
-
-def plan_tiles(m: int, sms: int) -> tuple[int, tuple[int, int]] | None:
-    """The table's plan at M rows as the io floor's cut: (``cut_from``, (first, every)) in 128x128x64 steps, the
-    busiest program's tiles in the order it runs them. Not partitioned: its grad_attn tiles and grad_weight tiles
-    (``plan.ga_first``: grad_attn first); partitioned: programs ``p_ga`` and later run grad_weight tiles only, the
-    others grad_attn tiles. None where the busiest program's tiles after its first are not all of one length."""
+def _program_tiles(m: int, sms: int) -> tuple[object, list[list[int]]]:
+    """The table's plan at M rows on ``sms`` SMs and, for each of its programs, its tiles' 128x128x64-equivalent steps
+    in the order it runs them: partitioned, programs below ``p_ga`` grad_attn tiles only and the others grad_weight
+    tiles only; otherwise each program's grad_attn and grad_weight tiles (``plan.ga_first``: grad_attn first)."""
     cfg = gb.GLUON_TABLE[bucket_for(m)][0]
     plan = gb.plan_for(m, cfg, sms)
     ga = (cfg.ga_bm * cfg.ga_bn) // (128 * 128) * (HIDDEN // STEP)
     gw = (cfg.gw_bm * cfg.gw_bn) // (128 * 128) * math.ceil(m / STEP)
-    runs = []  # (steps, cut_from, the tiles' lengths in order) for every program
+    programs = []
     for p in range(plan.programs):
         if plan.p_ga:
             if p < plan.p_ga:
@@ -125,13 +103,39 @@ def plan_tiles(m: int, sms: int) -> tuple[int, tuple[int, int]] | None:
         else:
             n_ga, n_gw = len(range(p, plan.n_ga, plan.programs)), len(range(p, plan.n_gw, plan.programs))
             lengths = [ga] * n_ga + [gw] * n_gw if plan.ga_first else [gw] * n_gw + [ga] * n_ga
-        runs.append((sum(lengths), len(lengths), p, lengths))  # the busiest; at a tie, the most boundaries
-    _, _, busiest, lengths = max(runs)
+        programs.append(lengths)
+    return plan, programs
+
+
+def plans(m: int, sms: int) -> dict[str, tuple[int, int]]:
+    """name -> (SMs busy, steps each): ``whole``, the table's plan at M (the busiest program's 128x128x64-equivalent
+    steps, on its programs); ``split``, the problem's steps spread evenly on every SM (rounded up)."""
+    plan, programs = _program_tiles(m, sms)
+    busiest = max(sum(lengths) for lengths in programs)
+    return {"whole": (plan.programs, busiest), "split": (sms, math.ceil(total_steps(m) / sms))}
+
+
+def plan_tiles(m: int, sms: int) -> tuple[int, tuple[int, int]] | None:
+    """The table's plan at M rows as the io floor's cut: (``cut_from``, (first, every)) in 128x128x64 steps, the
+    busiest program's tiles (at a tie, the one with the most boundaries) in the order it runs them; ``cut_from`` =
+    ``p_ga`` where that program is a partitioned plan's grad_weight one. None where its tiles after the first are not
+    all of one length."""
+    plan, programs = _program_tiles(m, sms)
+    _, _, busiest = max((sum(lengths), len(lengths), p) for p, lengths in enumerate(programs))
+    lengths = programs[busiest]
     if len(set(lengths[1:])) > 1:
         return None
     if len(lengths) == 1:
         return 0, (0, 0)
     return (plan.p_ga if plan.p_ga and busiest >= plan.p_ga else 0), (lengths[0], lengths[1])
+
+
+@gluon.jit
+def _tile_origin(n_row, BN: gl.constexpr):
+    """This program's 128xBN grad_attn tile: (row, column) of row block ``pid % n_row``, column block ``pid //
+    n_row``."""
+    pid = gl.program_id(0)
+    return (pid % n_row) * 128, ((pid // n_row) % (2048 // BN)) * BN
 
 
 @gluon.jit
@@ -224,8 +228,7 @@ def io_floor_loop(
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
-    row = (pid % n_row) * 128
-    col = ((pid // n_row) % (2048 // BN)) * BN
+    row, col = _tile_origin(n_row, BN)
     a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
     b_s = gl.allocate_shared_memory(dtype, [2, 64, BN], b_desc.layout)
     c_s = gl.allocate_shared_memory(dtype, [128, BN], c_desc.layout)
@@ -270,8 +273,7 @@ def fixup_floor_loop(
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
-    row = (pid % n_row) * 128
-    col = ((pid // n_row) % 16) * 128
+    row, col = _tile_origin(n_row, 128)
     a_s = gl.allocate_shared_memory(dtype, [2, 128, 64], a_desc.layout)
     b_s = gl.allocate_shared_memory(dtype, [2, 64, 128], b_desc.layout)
     c_s = gl.allocate_shared_memory(dtype, [128, 128], c_desc.layout)
@@ -411,9 +413,7 @@ def _ws_loader(a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot, sink_b
     pace) and the slot's last load has landed; the slots the MMAs read are overwritten too (their values do not
     matter here, their timing does). Every 8th load's issue arrived on ``issued``; the last loads waited for before
     the program ends."""
-    pid = gl.program_id(0)
-    row = (pid % n_row) * 128
-    col = ((pid // n_row) % 16) * 128
+    row, col = _tile_origin(n_row, 128)
     _load_first_two(a_desc, b_desc, ring_a, ring_b, bars, row, col, 128)
     for f in gl.static_range(PACED):  # (the allocations' inits interleaved: no barrier between them)
         mbarrier.init(paced.index(f), count=2)
@@ -778,8 +778,8 @@ def main() -> None:
             fix = {"tiles": split_half, "fixup": 3}
             io["split_fixup"] = t(io_fn(sp[0], sp[1], n_row, **fix), True, "io floor split, two tiles, fix-ups")
             detail_fix = io_stamps(sp[0], sp[1], n_row, [make(True) for _ in range(5)], flush, **fix)
-            for parts, what in ((0, "neither"), (1, "written"), (2, "read")):
-                io[f"fix_{what}"] = t(io_fn(sp[0], sp[1], n_row, split_half, fixup=parts), True, f"fix-ups: {what}")
+            for part, what in ((0, "neither"), (1, "written"), (2, "read")):
+                io[f"fix_{what}"] = t(io_fn(sp[0], sp[1], n_row, split_half, fixup=part), True, f"fix-ups: {what}")
             parts = [
                 f"whole {io['whole']:.1f} us ({io['whole'] / cb:.3f} x cuBLAS)",
                 f"split {io['split']:.1f} ({io['split'] / cb:.3f})",
@@ -800,16 +800,16 @@ def main() -> None:
                 sink = {"sink": ARGS.sink}
                 io["sink"] = t(io_fn(w[0], w[1], n_row, **sink), True, "io floor whole, loads beside")
                 io["sink_tiles"] = t(io_fn(w[0], w[1], n_row, **cut, **sink), True, "in the plan's tiles, loads beside")
-                detail = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut, **sink)
+                detail_sink = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut, **sink)
                 print(
                     f"io floor M={m} with a loader warp's loads beside its MMAs (a {ARGS.sink}-stage ring's pace): "
                     f"whole {io['sink']:.1f} ({io['sink'] / cb:.3f}), in the plan's tiles {io['sink_tiles']:.1f} "
-                    f"({io['sink_tiles'] / cb:.3f}); in the plan's tiles, stamped: {detail}",
+                    f"({io['sink_tiles'] / cb:.3f}); in the plan's tiles, stamped: {detail_sink}",
                     flush=True,
                 )
             n256 = n256_plan(m, sms)
-            if n256 is None:
-                print(f"io floor M={m}, the 128x256 plan: its grad_attn programs run several tiles; not floored")
+            if n256 is None or 2 * n256[1] > w[1]:  # (at M <= 512 its 64-step grad_attn tiles outlast the table's plan)
+                print(f"io floor M={m}, the 128x256 plan: its busiest program is not the table's plan's; not floored")
                 continue
             busy, steps, cut_from, tiles = n256
             launch = {"tiles": tiles, "bn": 256, "cut_from": cut_from}
