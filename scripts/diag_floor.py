@@ -21,9 +21,13 @@ to set against the table's kernel's loops in the trace (``scripts/diag_gluon_tim
   store; cut and uncut programs apart);
 - ``fixup_floor_loop``: the ``split`` plan in two tiles with a split plan's fix-ups (the head's fp32 partial written
   at the boundary, another program's added at the end), and each fix-up alone;
+- the ``split`` plan in two tiles with its second tile reduce-added into the output by TMA (``REDUCE``, item 41 runs
+  r-s: a split plan's cheapest fix-up, the piece finished first stored and the other added onto it in L2), checked
+  in the run against torch (``reduce_check``);
 - with ``--sink N``, ``ws_floor_loop``: the io floor in the kernel's partitions (two consumer warpgroups and a loader
-  warp), the loader streaming every later K-step's blocks beside the MMAs at an N-stage ring's pace into a buffer the
-  MMAs never read: the loads' traffic without their waits.
+  warp), the loader streaming every later K-step's blocks beside the MMAs at an N-stage ring's pace into the ring the
+  MMAs read from (their values do not matter here): the loads' traffic without their waits; in the plan's tiles and
+  in the ``split`` plan's two, stored and reduce-added.
 
 Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
@@ -58,8 +62,10 @@ if __name__ == "__main__":  # --help answers before torch and Triton load
 
 import torch  # noqa: E402
 from diag_wgmma_ceiling import _stamp  # noqa: E402  (scripts/ is on the path when this runs as a script)
+from triton._C.libtriton import ir  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language._core import builtin  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared,
     mbarrier,
@@ -189,18 +195,30 @@ def _tile_mmas(a_s, b_s, bars, i, length, acc_layout: gl.constexpr, BN: gl.const
     return acc, i
 
 
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """``tma.async_copy_shared_to_global`` as a reduce-add: the box at ``coord`` of ``tensor_desc``'s tensor plus the
+    shared-memory block ``src``, added in L2 (``cp.reduce.async.bulk.tensor ... .add``), completed by ``store_wait``
+    as the stores are. Triton 3.6.0's Gluon builder has the op (the tile language's descriptor ``atomic_add`` lowers
+    to it) but its Hopper ``tma`` module does not name it."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
 @gluon.jit
-def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr):
-    """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores, once the last tile's have
-    read ``c_s``."""
+def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr, ADD: gl.constexpr = False):
+    """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores (``ADD``: reduce-adds into
+    what is there), once the last tile's have read ``c_s``."""
     tma.store_wait(0)
     c_s.store(acc.to(c_desc.dtype))
     fence_async_shared()
     gl.thread_barrier()
     for j in gl.static_range(BN // 64):
-        tma.async_copy_shared_to_global(
-            c_desc, [(pid % 16) * 128, (pid // 16) * BN + j * 64], c_s.slice(j * 64, 64, dim=1)
-        )
+        box = [(pid % 16) * 128, (pid // 16) * BN + j * 64]
+        if ADD:
+            _tma_reduce_add(c_desc, box, c_s.slice(j * 64, 64, dim=1))
+        else:
+            tma.async_copy_shared_to_global(c_desc, box, c_s.slice(j * 64, 64, dim=1))
 
 
 @gluon.jit
@@ -216,6 +234,7 @@ def io_floor_loop(
     stamps_ptr,
     STAMP: gl.constexpr,
     BN: gl.constexpr,
+    REDUCE: gl.constexpr = False,
 ):
     """One program an SM, 8 warps (two warpgroups of 64 rows, as the cooperative kernel's): the first two K-steps of
     its 128xBN grad_attn tile (row block ``pid % n_row``, column block ``pid // n_row``) loaded by TMA into two
@@ -223,8 +242,9 @@ def io_floor_loop(
     bf16 through shared memory by TMA (column block ``pid // 16``, row block ``pid % 16`` of ``c_desc``'s tensor).
     ``first`` > 0: the steps of programs from ``cut_from`` on are tiles (``first`` steps, then ``every`` each), and at
     each boundary the finished tile is stored as the last one is before the next tile's first MMA (a whole-tile
-    plan's handoff, its data already in). ``STAMP``: five int64 a program (entry, first data, loop end, the loop's
-    clocks, stored)."""
+    plan's handoff, its data already in). ``REDUCE``: a cut program's last tile reduce-added by TMA into the output
+    instead of stored (a split plan's piece finished second, added to the piece stored first). ``STAMP``: five int64
+    a program (entry, first data, loop end, the loop's clocks, stored)."""
     dtype: gl.constexpr = a_desc.dtype
     pid = gl.program_id(0)
     t_entry, _ = _stamp()
@@ -251,7 +271,10 @@ def io_floor_loop(
         acc, i = _tile_mmas(a_s, b_s, bars, i, length, acc_layout, BN)
         if t == n_tiles - 1:
             t_loop, c_loop = _stamp()
-        _store_tile(c_desc, c_s, acc, pid, BN)
+        if REDUCE and cut and t == n_tiles - 1:
+            _store_tile(c_desc, c_s, acc, pid, BN, ADD=True)
+        else:
+            _store_tile(c_desc, c_s, acc, pid, BN)
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP:
@@ -336,13 +359,13 @@ LAG = gl.constexpr(16)  # about the most steps its consumers run ahead of its lo
 @gluon.jit
 def _ws_consumer(
     WG: gl.constexpr, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
-    stamps_ptr, STAMP: gl.constexpr,
+    stamps_ptr, STAMP: gl.constexpr, REDUCE: gl.constexpr,
 ):  # fmt: skip
     """``ws_floor_loop``'s warpgroup WG: its 64 rows of every step's 128x128x64 MMAs from the two stages of the
     first data (no wait for the data of later steps: only, where the loader has fallen ``LAG`` steps behind, for
     its issue of the step ``LAG`` back, which keeps both sides within one use of every barrier), an arrival on
     ``paced`` after each step's wait (the step before retired: the kernel's release of a ring stage), its 64x128
-    half of each tile stored by TMA at the tile's end."""
+    half of each tile stored by TMA at the tile's end (``REDUCE``: a cut program's last tile reduce-added)."""
     dtype: gl.constexpr = c_s.dtype
     pid = gl.program_id(0)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -379,9 +402,11 @@ def _ws_consumer(
         fence_async_shared()
         gl.thread_barrier()
         for j in gl.static_range(2):
-            tma.async_copy_shared_to_global(
-                c_desc, [(pid % 16) * 128 + WG * 64, (pid // 16) * 128 + j * 64], half.slice(j * 64, 64, dim=1)
-            )
+            box = [(pid % 16) * 128 + WG * 64, (pid // 16) * 128 + j * 64]
+            if REDUCE and cut and t == n_tiles - 1:
+                _tma_reduce_add(c_desc, box, half.slice(j * 64, 64, dim=1))
+            else:
+                tma.async_copy_shared_to_global(c_desc, box, half.slice(j * 64, 64, dim=1))
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP and WG == 0:
@@ -390,17 +415,49 @@ def _ws_consumer(
 
 @gluon.jit
 def _ws_consumer0(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
-                  stamps_ptr, STAMP: gl.constexpr):  # fmt: skip
+                  stamps_ptr, STAMP: gl.constexpr, REDUCE: gl.constexpr):  # fmt: skip
     _ws_consumer(
-        0, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP
+        0,
+        a_s,
+        b_s,
+        c_s,
+        c_desc,
+        bars,
+        paced,
+        issued,
+        boot,
+        steps,
+        first,
+        every,
+        cut_from,
+        t_entry,
+        stamps_ptr,
+        STAMP,
+        REDUCE,
     )
 
 
 @gluon.jit
 def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
-                  stamps_ptr, STAMP: gl.constexpr):  # fmt: skip
+                  stamps_ptr, STAMP: gl.constexpr, REDUCE: gl.constexpr):  # fmt: skip
     _ws_consumer(
-        1, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry, stamps_ptr, STAMP
+        1,
+        a_s,
+        b_s,
+        c_s,
+        c_desc,
+        bars,
+        paced,
+        issued,
+        boot,
+        steps,
+        first,
+        every,
+        cut_from,
+        t_entry,
+        stamps_ptr,
+        STAMP,
+        REDUCE,
     )
 
 
@@ -449,13 +506,13 @@ def _ws_loader(a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot, sink_b
 
 @gluon.jit
 def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, stamps_ptr, STAMP: gl.constexpr,
-                  STAGES: gl.constexpr):  # fmt: skip
+                  STAGES: gl.constexpr, REDUCE: gl.constexpr = False):  # fmt: skip
     """The io floor with the pipeline's load traffic beside its MMAs, from a loader warp of its own (the kernel's
     partitions: two consumer warpgroups and a loader warp, ``num_warps`` = 4): the consumers run the io floor's MMAs
     on the first two steps' data (ring slots 0 and 1) and wait for no later data (only for the loader's issue ``LAG``
     steps back, where it has fallen that far behind: the bound that keeps every barrier within one use,
     docs/h100/v53_floor_io_2048.log the hang without it); the loader streams every later step's blocks into the ring
-    at the pace a ring of ``STAGES`` stages allows (``_ws_loader``). Tiles, stamps and the store as
+    at the pace a ring of ``STAGES`` stages allows (``_ws_loader``). Tiles, stamps, the store and ``REDUCE`` as
     ``io_floor_loop``'s (the store by halves, one a warpgroup, through [64, 64] boxes)."""
     dtype: gl.constexpr = a_desc.dtype
     t_entry, _ = _stamp()
@@ -474,9 +531,9 @@ def ws_floor_loop(a_desc, b_desc, c_desc, steps, n_row, first, every, cut_from, 
     gl.warp_specialize(
         [
             (_ws_consumer0, (ring_a, ring_b, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every,
-                             cut_from, t_entry, stamps_ptr, STAMP)),
+                             cut_from, t_entry, stamps_ptr, STAMP, REDUCE)),
             (_ws_consumer1, (ring_a, ring_b, c_s, c_desc, bars, paced, issued, boot.index(0), steps, first, every,
-                             cut_from, t_entry, stamps_ptr, STAMP)),
+                             cut_from, t_entry, stamps_ptr, STAMP, REDUCE)),
             (_ws_loader, (a_desc, b_desc, ring_a, ring_b, bars, paced, issued, boot.index(0), sink_bars, steps, n_row,
                           STAGES)),
         ],
@@ -524,13 +581,16 @@ def io_fn(
     cut_from: int = 0,
     sink: int = 0,
     fixup: int | None = None,
+    reduce: bool = False,
 ):
     """The io floor's launch as the timed call: ``fn(go, x, w, out=(ga, gw))``, ``busy`` programs of ``steps``
     128x``bn``x64 steps, its tile stored into the iteration's ``gw``; ``tiles`` (first, every): the steps of programs
     ``cut_from`` and later cut into tiles, each stored at its end ((0, 0): one tile); ``sink`` > 0: the loads beside
     the MMAs from a loader warp, at a ring of that many stages' pace (``ws_floor_loop``, 128x128 tiles); ``fixup``
     (``fixup_floor_loop``'s PARTS; None: not that floor): two tiles, the first's fp32 partial written for another
-    program (1), another's added to the second (2), every program; stamped into ``stamps`` (busy x 5) when given."""
+    program (1), another's added to the second (2), every program; ``reduce``: a cut program's last tile
+    reduce-added into ``gw`` by TMA, not stored (``io_floor_loop``'s REDUCE); stamped into ``stamps`` (busy x 5)
+    when given."""
     first, every = tiles
     if first and (first > steps or every <= 0 or (steps - first) % every):
         raise ValueError(f"tiles {tiles}: {steps} steps are not {first} and then whole tiles of {every}")
@@ -542,6 +602,8 @@ def io_fn(
         fixup not in (0, 1, 2, 3) or bn != 128 or sink or cut_from or not 0 < first < steps or first + every != steps
     ):
         raise ValueError(f"fix-ups in tiles {tiles} of {steps} steps: two tiles of 128x128, every program cut")
+    if reduce and (not first or fixup is not None):
+        raise ValueError(f"a reduce-add in tiles {tiles}: the io floor's loop cut into tiles, its last one added")
     workspace: list = []  # (tensor, descriptor), made at the first call, on the inputs' device
 
     def fn(go, x, w, out=None):
@@ -557,12 +619,23 @@ def io_fn(
         if sink:
             a, b, c = ws_floor_args(go, w, out[1])
             ws_floor_loop[(busy,)](
-                a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, STAGES=sink, num_warps=4
+                a,
+                b,
+                c,
+                steps,
+                n_row,
+                *tiles,
+                cut_from,
+                st,
+                STAMP=stamps is not None,
+                STAGES=sink,
+                REDUCE=reduce,
+                num_warps=4,
             )
             return
         a, b, c = io_floor_args(go, w, out[1])
         io_floor_loop[(busy,)](
-            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, num_warps=8
+            a, b, c, steps, n_row, *tiles, cut_from, st, STAMP=stamps is not None, BN=bn, REDUCE=reduce, num_warps=8
         )
 
     return fn
@@ -629,6 +702,38 @@ def io_stamps(busy: int, steps: int, n_row: int, sets, flush: torch.Tensor, **la
     )
 
 
+def reduce_check(busy: int, steps: int, n_row: int, tiles: tuple[int, int], make) -> str:
+    """What the reduce-add floor wrote, against torch: each program's box of ``gw`` holds its first tile stored
+    (bf16) plus its last tile reduce-added (bf16), the tiles' MMAs from its first two K-steps' blocks alternately
+    (``_tile_mmas``): the worst error in units of the expected value's largest magnitude, and how many elements
+    match bf16(bf16(first) + bf16(last)) to one bf16 step."""
+    first, every = tiles
+    args, kwargs = make(True)
+    go, _, w = args
+    gw = kwargs["out"][1]
+    io_fn(busy, steps, n_row, tiles, reduce=True)(*args, **kwargs)
+    torch.cuda.synchronize()
+    a, b = go.reshape(-1, HIDDEN).float(), w.float()
+    worst, near, total = 0.0, 0, 0
+    for pid in range(busy):
+        row, col = (pid % n_row) * 128, ((pid // n_row) % (HIDDEN // 128)) * 128
+        p0 = a[row : row + 128, 0:64] @ b[0:64, col : col + 128]
+        p1 = a[row : row + 128, 64:128] @ b[64:128, col : col + 128]
+        lengths = [first] + [every] * ((steps - first) // every)
+        i, accs = 0, []
+        for length in lengths:
+            evens = len(range(i, i + length, 2)) if i % 2 == 0 else len(range(i + 1, i + length, 2))
+            accs.append(evens * p0 + (length - evens) * p1)
+            i += length
+        want = (accs[-2].bfloat16().float() + accs[-1].bfloat16().float()).bfloat16().float()
+        got = gw[(pid % 16) * 128 : (pid % 16) * 128 + 128, (pid // 16) * 128 : (pid // 16) * 128 + 128].float()
+        worst = max(worst, float((got - want).abs().max() / want.abs().max()))
+        step = torch.where(want == 0, torch.ones_like(want), want.abs()) * 2.0**-7
+        near += int(((got - want).abs() <= step).sum())
+        total += want.numel()
+    return f"worst error {worst:.2e} of the largest value, {near / total:.4%} of elements within one bf16 step"
+
+
 def compile_only() -> None:
     """The io floor compiled for sm_90 without a GPU, stamped and not: shared memory, the PTX's warpgroup MMAs, TMA
     loads and stores and clock reads, registers and spills."""
@@ -641,19 +746,25 @@ def compile_only() -> None:
     # (the table's 128x128 plan at M = 1024: 64 steps, a boundary after 32 and every 16; the 128x256 plan's: 32
     # steps, programs 64 and later cut after 16; the 128x128 plan with a loader warp's loads beside its MMAs; the
     # split plan's 63 steps in two tiles with their fix-ups)
-    for bn, steps, tiles, cut_from, sink in (
-        (128, 64, (32, 16), 0, 0),
-        (256, 32, (16, 16), 64, 0),
-        (128, 64, (32, 16), 0, 6),
+    for bn, steps, tiles, cut_from, sink, reduce in (
+        (128, 64, (32, 16), 0, 0, False),
+        (256, 32, (16, 16), 64, 0, False),
+        (128, 64, (32, 16), 0, 6, False),
+        (128, 63, (32, 31), 0, 0, True),
+        (128, 63, (32, 31), 0, 6, True),
     ):
         for stamp in (False, True):
             if sink:
                 args = (*ws_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
-                k = compile_sm90(ws_floor_loop, args, {"STAMP": stamp, "STAGES": sink, "num_warps": 4})
+                k = compile_sm90(
+                    ws_floor_loop, args, {"STAMP": stamp, "STAGES": sink, "REDUCE": reduce, "num_warps": 4}
+                )
             else:
                 args = (*io_floor_args(go, w, gw), steps, 8, *tiles, cut_from, stamps)
-                k = compile_sm90(io_floor_loop, args, {"STAMP": stamp, "BN": bn, "num_warps": 8})
-            name = f"io_floor{'_n256' if bn == 256 else ''}{f'_ws{sink}' if sink else ''}{'_stamp' if stamp else ''}"
+                opts = {"STAMP": stamp, "BN": bn, "REDUCE": reduce, "num_warps": 8}
+                k = compile_sm90(io_floor_loop, args, opts)
+            kind = f"{'_n256' if bn == 256 else ''}{f'_ws{sink}' if sink else ''}{'_reduce' if reduce else ''}"
+            name = f"io_floor{kind}{'_stamp' if stamp else ''}"
             _print_compiled(name, k)
     ws = fixup_workspace(132, "cpu")[1]
     for stamp in (False, True):
@@ -668,10 +779,11 @@ def _print_compiled(name: str, k) -> None:
 
     ptx = k.asm["ptx"]
     loads, stores = ptx.count("cp.async.bulk.tensor.2d.shared"), ptx.count("cp.async.bulk.tensor.2d.global")
+    adds = ptx.count("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add")
     print(
         f"{name} shared {k.metadata.shared} B, wgmma in PTX {ptx.count('wgmma.mma_async')}, TMA loads {loads}, "
-        f"TMA stores {stores}, globaltimer {ptx.count('%globaltimer')}, clock64 {ptx.count('%clock64')}, "
-        f"{_resource_usage(k.asm['cubin'])}"
+        f"TMA stores {stores}, TMA reduce-adds {adds}, globaltimer {ptx.count('%globaltimer')}, "
+        f"clock64 {ptx.count('%clock64')}, {_resource_usage(k.asm['cubin'])}"
     )
 
 
@@ -775,6 +887,10 @@ def main() -> None:
             sp = floors["split"]
             split_half = (sp[1] - sp[1] // 2, sp[1] // 2)
             io["split_half"] = t(io_fn(sp[0], sp[1], n_row, split_half), True, "io floor split, in two tiles")
+            io["split_reduce"] = t(
+                io_fn(sp[0], sp[1], n_row, split_half, reduce=True), True, "io floor split, the last tile reduce-added"
+            )
+            checked = reduce_check(sp[0], sp[1], n_row, split_half, make)
             fix = {"tiles": split_half, "fixup": 3}
             io["split_fixup"] = t(io_fn(sp[0], sp[1], n_row, **fix), True, "io floor split, two tiles, fix-ups")
             detail_fix = io_stamps(sp[0], sp[1], n_row, [make(True) for _ in range(5)], flush, **fix)
@@ -787,6 +903,8 @@ def main() -> None:
                 f"{tiles[1]}) {io['tiles']:.1f} ({io['tiles'] / cb:.3f})",
                 f"whole in two tiles (one boundary) {io['half']:.1f} ({io['half'] / cb:.3f})",
                 f"split in two tiles {io['split_half']:.1f} ({io['split_half'] / cb:.3f})",
+                f"split in two tiles, the second reduce-added by TMA {io['split_reduce']:.1f} "
+                f"({io['split_reduce'] / cb:.3f}; what it wrote: {checked})",
                 f"split in two tiles with fix-ups {io['split_fixup']:.1f} ({io['split_fixup'] / cb:.3f}; with neither "
                 f"part {io['fix_neither']:.1f}, the partial written only {io['fix_written']:.1f}, read only "
                 f"{io['fix_read']:.1f})",
@@ -800,11 +918,18 @@ def main() -> None:
                 sink = {"sink": ARGS.sink}
                 io["sink"] = t(io_fn(w[0], w[1], n_row, **sink), True, "io floor whole, loads beside")
                 io["sink_tiles"] = t(io_fn(w[0], w[1], n_row, **cut, **sink), True, "in the plan's tiles, loads beside")
+                io["sink_split"] = t(io_fn(sp[0], sp[1], n_row, split_half, **sink), True, "split, loads beside")
+                io["sink_split_reduce"] = t(
+                    io_fn(sp[0], sp[1], n_row, split_half, reduce=True, **sink), True, "split, loads beside, added"
+                )
                 detail_sink = io_stamps(w[0], w[1], n_row, [make(True) for _ in range(5)], flush, **cut, **sink)
                 print(
                     f"io floor M={m} with a loader warp's loads beside its MMAs (a {ARGS.sink}-stage ring's pace): "
                     f"whole {io['sink']:.1f} ({io['sink'] / cb:.3f}), in the plan's tiles {io['sink_tiles']:.1f} "
-                    f"({io['sink_tiles'] / cb:.3f}); in the plan's tiles, stamped: {detail_sink}",
+                    f"({io['sink_tiles'] / cb:.3f}), split in two tiles {io['sink_split']:.1f} "
+                    f"({io['sink_split'] / cb:.3f}), split in two tiles with the second reduce-added by TMA "
+                    f"{io['sink_split_reduce']:.1f} ({io['sink_split_reduce'] / cb:.3f}); in the plan's tiles, "
+                    f"stamped: {detail_sink}",
                     flush=True,
                 )
             n256 = n256_plan(m, sms)

@@ -278,20 +278,27 @@ def test_the_io_floor_loads_its_first_two_steps_runs_the_floors_mmas_and_stores_
     clock (the entry, the first data, the loop's end, the store), no spills, one program within an SM's shared
     memory; with a loader warp's loads beside the MMAs (``ws_floor_loop``: the kernel's partitions, two consumer
     warpgroups and a loader warp), one more call site of a step's three TMA loads; with a split plan's fix-ups
-    (``fixup_floor_loop``), an fp32 partial's four boxes stored at the boundary and another's four loaded."""
+    (``fixup_floor_loop``), an fp32 partial's four boxes stored at the boundary and another's four loaded; with the
+    last tile reduce-added (``REDUCE``, with the loader warp's loads beside or not), the store's boxes again as TMA
+    reduce-adds."""
     out = run_script("scripts/diag_floor.py", "--compile-only")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {ln.split()[0]: ln for ln in out.stdout.splitlines() if " shared " in ln}
-    kinds = ("", "_n256", "_ws6", "_fixup")
+    kinds = ("", "_n256", "_ws6", "_reduce", "_ws6_reduce", "_fixup")
     assert set(rows) == {f"io_floor{kind}{stamp}" for kind in kinds for stamp in ("", "_stamp")}, out.stdout
     for name, line in rows.items():
         if "ws" in name:  # two consumer warpgroups (MMAs, stores, stamps each), the loader's one more call site
-            expected = "wgmma in PTX 8, TMA loads 9, TMA stores 4, globaltimer 7, clock64 7,"
+            adds = 4 if "reduce" in name else 0  # (each warpgroup's two boxes)
+            expected = f"wgmma in PTX 8, TMA loads 9, TMA stores 4, TMA reduce-adds {adds}, globaltimer 7, clock64 7,"
         elif "fixup" in name:  # the partial's four 32-column fp32 boxes read and written beside the io floor's
-            expected = "wgmma in PTX 4, TMA loads 10, TMA stores 6, globaltimer 4, clock64 4,"
+            expected = "wgmma in PTX 4, TMA loads 10, TMA stores 6, TMA reduce-adds 0, globaltimer 4, clock64 4,"
         else:
             loads, stores = (10, 4) if "n256" in name else (6, 2)
-            expected = f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, globaltimer 4, clock64 4,"
+            adds = 2 if "reduce" in name else 0
+            expected = (
+                f"wgmma in PTX 4, TMA loads {loads}, TMA stores {stores}, TMA reduce-adds {adds}, globaltimer 4, "
+                "clock64 4,"
+            )
         assert expected in line, line
         assert "stack 0, local 0" in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= H200_SHARED_MAX, line
@@ -323,6 +330,11 @@ def test_the_io_floor_refuses_tiles_that_do_not_cut_its_steps_exactly(monkeypatc
             diag_floor.io_fn(132, 63, 8, tiles, fixup=3, **launch)
     with pytest.raises(ValueError, match=r"fix-ups in tiles"):
         diag_floor.io_fn(132, 63, 8, (32, 31), fixup=4)
+    assert callable(diag_floor.io_fn(132, 63, 8, (32, 31), reduce=True))  # the split plan, its second piece added
+    assert callable(diag_floor.io_fn(132, 63, 8, (32, 31), reduce=True, sink=6))  # and with the loads beside
+    for tiles, launch in (((0, 0), {}), ((0, 0), {"sink": 6}), ((32, 31), {"fixup": 0})):
+        with pytest.raises(ValueError, match=r"a reduce-add in tiles"):  # a tile to add to, the io floor's loop
+            diag_floor.io_fn(132, 63, 8, tiles, reduce=True, **launch)
 
 
 def test_the_128x256_plan_runs_the_busiest_steps_of_the_128x128_plan_with_half_its_boundaries(
@@ -351,7 +363,7 @@ def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
     reset the accumulator inside the MMA loop at a tile boundary, ptxas serialised every wgmma (advisory C7515) and
     the loop took 0.448 us a step on an H100 against the floor's 0.308 (docs/h100/v42b_floor_io.log). ptxas's own
     report on its sm_90a PTX, in 128x128 and 128x256 tiles, with loads beside its MMAs and without, with a split
-    plan's fix-ups, stamped and not: no serialisation advisory, no spill."""
+    plan's fix-ups, with its last tile reduce-added, stamped and not: no serialisation advisory, no spill."""
     code = (
         "import sys, torch, diag_floor as d; from diag_gluon import compile_sm90; "
         "from tests.support.sm90 import ptxas_report; "
@@ -360,6 +372,10 @@ def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
         "runs = [(d.io_floor_loop, (*d.io_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), {'BN': 128, 'num_warps': 8}), "
         "(d.io_floor_loop, (*d.io_floor_args(go, w, w), 32, 8, 16, 16, 64, st_), {'BN': 256, 'num_warps': 8}), "
         "(d.ws_floor_loop, (*d.ws_floor_args(go, w, w), 64, 8, 32, 16, 0, st_), {'STAGES': 6, 'num_warps': 4}), "
+        "(d.ws_floor_loop, (*d.ws_floor_args(go, w, w), 63, 8, 32, 31, 0, st_), "
+        "{'STAGES': 6, 'REDUCE': True, 'num_warps': 4}), "
+        "(d.io_floor_loop, (*d.io_floor_args(go, w, w), 63, 8, 32, 31, 0, st_), "
+        "{'BN': 128, 'REDUCE': True, 'num_warps': 8}), "
         "(d.fixup_floor_loop, (*d.io_floor_args(go, w, w), d.fixup_workspace(132, 'cpu')[1], 63, 8, 32, st_), "
         "{'num_warps': 8})]; "
         "[print(ptxas_report(compile_sm90(f, a, {'STAMP': st, **kw}).asm['ptx'])) "
@@ -370,12 +386,12 @@ def test_the_io_floors_mmas_stay_pipelined_across_its_tile_boundaries() -> None:
         [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 4, out.stdout[-2000:]
-    assert out.stdout.count("Compiling entry function 'ws_floor_loop'") == 2, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'io_floor_loop'") == 6, out.stdout[-2000:]
+    assert out.stdout.count("Compiling entry function 'ws_floor_loop'") == 4, out.stdout[-2000:]
     assert out.stdout.count("Compiling entry function 'fixup_floor_loop'") == 2, out.stdout[-2000:]
     for advisory in ("C7510", "C7511", "C7514", "C7515", "C7517"):
         assert advisory not in out.stdout, out.stdout[-2000:]
-    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 8, out.stdout[-2000:]
+    assert out.stdout.count("0 bytes spill stores, 0 bytes spill loads") == 12, out.stdout[-2000:]
 
 
 def test_loads_beside_the_io_floor_without_the_io_floor_are_refused_in_one_line() -> None:
