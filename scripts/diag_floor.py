@@ -416,49 +416,15 @@ def _ws_consumer(
 @gluon.jit
 def _ws_consumer0(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
                   stamps_ptr, STAMP: gl.constexpr, REDUCE: gl.constexpr):  # fmt: skip
-    _ws_consumer(
-        0,
-        a_s,
-        b_s,
-        c_s,
-        c_desc,
-        bars,
-        paced,
-        issued,
-        boot,
-        steps,
-        first,
-        every,
-        cut_from,
-        t_entry,
-        stamps_ptr,
-        STAMP,
-        REDUCE,
-    )
+    _ws_consumer(0, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
+                 stamps_ptr, STAMP, REDUCE)  # fmt: skip
 
 
 @gluon.jit
 def _ws_consumer1(a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
                   stamps_ptr, STAMP: gl.constexpr, REDUCE: gl.constexpr):  # fmt: skip
-    _ws_consumer(
-        1,
-        a_s,
-        b_s,
-        c_s,
-        c_desc,
-        bars,
-        paced,
-        issued,
-        boot,
-        steps,
-        first,
-        every,
-        cut_from,
-        t_entry,
-        stamps_ptr,
-        STAMP,
-        REDUCE,
-    )
+    _ws_consumer(1, a_s, b_s, c_s, c_desc, bars, paced, issued, boot, steps, first, every, cut_from, t_entry,
+                 stamps_ptr, STAMP, REDUCE)  # fmt: skip
 
 
 @gluon.jit
