@@ -206,19 +206,25 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.jit
+def _put_boxes(c_desc, src, row, col, BN: gl.constexpr, ADD: gl.constexpr):
+    """The shared-memory block ``src`` (BN columns) written at (``row``, ``col``) of ``c_desc``'s tensor by BN / 64
+    TMA stores of 64 columns each (``ADD``: TMA reduce-adds into what is there)."""
+    for j in gl.static_range(BN // 64):
+        if ADD:
+            _tma_reduce_add(c_desc, [row, col + j * 64], src.slice(j * 64, 64, dim=1))
+        else:
+            tma.async_copy_shared_to_global(c_desc, [row, col + j * 64], src.slice(j * 64, 64, dim=1))
+
+
+@gluon.jit
 def _store_tile(c_desc, c_s, acc, pid, BN: gl.constexpr, ADD: gl.constexpr = False):
-    """A 128xBN tile's accumulator stored as bf16 through ``c_s`` by BN / 64 TMA stores (``ADD``: reduce-adds into
-    what is there), once the last tile's have read ``c_s``."""
+    """A 128xBN tile's accumulator stored as bf16 through ``c_s`` (``_put_boxes``: ``ADD`` reduce-adds it), once the
+    last tile's stores have read ``c_s``."""
     tma.store_wait(0)
     c_s.store(acc.to(c_desc.dtype))
     fence_async_shared()
     gl.thread_barrier()
-    for j in gl.static_range(BN // 64):
-        box = [(pid % 16) * 128, (pid // 16) * BN + j * 64]
-        if ADD:
-            _tma_reduce_add(c_desc, box, c_s.slice(j * 64, 64, dim=1))
-        else:
-            tma.async_copy_shared_to_global(c_desc, box, c_s.slice(j * 64, 64, dim=1))
+    _put_boxes(c_desc, c_s, (pid % 16) * 128, (pid // 16) * BN, BN, ADD)
 
 
 @gluon.jit
@@ -401,12 +407,11 @@ def _ws_consumer(
         half.store(acc.to(dtype))
         fence_async_shared()
         gl.thread_barrier()
-        for j in gl.static_range(2):
-            box = [(pid % 16) * 128 + WG * 64, (pid // 16) * 128 + j * 64]
-            if REDUCE and cut and t == n_tiles - 1:
-                _tma_reduce_add(c_desc, box, half.slice(j * 64, 64, dim=1))
-            else:
-                tma.async_copy_shared_to_global(c_desc, box, half.slice(j * 64, 64, dim=1))
+        row, col = (pid % 16) * 128 + WG * 64, (pid // 16) * 128
+        if REDUCE and cut and t == n_tiles - 1:
+            _put_boxes(c_desc, half, row, col, 128, ADD=True)
+        else:
+            _put_boxes(c_desc, half, row, col, 128, ADD=False)
     tma.store_wait(0)
     t_end, _ = _stamp()
     if STAMP and WG == 0:
