@@ -29,7 +29,7 @@ to set against the table's kernel's loops in the trace (``scripts/diag_gluon_tim
   MMAs read from (their values do not matter here): the loads' traffic without their waits; in the plan's tiles and
   in the ``split`` plan's two, stored and reduce-added.
 
-Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50]
+Usage (GPU): PYTHONPATH=. python scripts/diag_floor.py [--ms 512,1024,2048] [--iters 50] [--only-on H200]
 Usage (CPU): PYTHONPATH=. python scripts/diag_floor.py --plan-only   (the steps a program of each plan runs)
              PYTHONPATH=.:scripts python scripts/diag_floor.py --compile-only   (the io floor for sm_90, no GPU)
 """
@@ -52,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--compile-only", action="store_true", help="compile the io floor for sm_90 here (no GPU)")
     ap.add_argument(
         "--sink", type=int, default=0, help="with --io: also the io floor with a loader warp's loads beside its MMAs"
+    )
+    ap.add_argument(
+        "--only-on",
+        default="",
+        metavar="NAME",
+        help="measure only on a GPU whose name contains NAME (e.g. H200); on another, one line and exit 3",
     )
     ap.add_argument("--watchdog-s", type=float, default=240, help="dump every thread's stack and leave after this")
     return ap.parse_args(argv)
@@ -705,6 +711,14 @@ def reduce_check(busy: int, steps: int, n_row: int, tiles: tuple[int, int], make
     return f"worst error {worst:.2e} of the largest value, {near / total:.4%} of elements within one bf16 step"
 
 
+def wrong_card(device_name: str, only_on: str) -> str | None:
+    """``--only-on``'s check: the line to print where the device is not the card asked for, else None (no NAME asked
+    for, or the device's name contains it, case aside)."""
+    if not only_on or only_on.lower() in device_name.lower():
+        return None
+    return f"diag_floor: the GPU here is {device_name}, not {only_on}: nothing measured"
+
+
 def compile_only() -> None:
     """The io floor compiled for sm_90 without a GPU, stamped and not: shared memory, the PTX's warpgroup MMAs, TMA
     loads and stores and clock reads, registers and spills."""
@@ -799,6 +813,10 @@ def main() -> None:
         print("diag_floor: no CUDA device here (--plan-only and --compile-only run without one)", file=sys.stderr)
         sys.exit(2)
 
+    wrong = wrong_card(torch.cuda.get_device_name(), ARGS.only_on)
+    if wrong:  # (a device lent as "H200 or H100" is checked before any minute of it is spent)
+        print(wrong, file=sys.stderr)
+        sys.exit(3)
     faulthandler.dump_traceback_later(ARGS.watchdog_s, exit=True)  # a hang says where it is
     from ci.harness.timing import Timer, make_protocols
     from kernel.backward import attn_output_proj_backward

@@ -404,6 +404,21 @@ def test_loads_beside_the_io_floor_without_the_io_floor_are_refused_in_one_line(
     )
 
 
+def test_the_floor_asked_for_one_card_names_the_card_it_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--only-on H200``: the device tool may lend an H100 for the H200's kind, and the floors' ratios differ by
+    card (kernel/NOTES.md item 41: 0.02-0.03x), so a run asked for one card refuses another in one line naming both
+    (exit 3 in the script); no name asked for, or the right card (its name's case aside), measures."""
+    monkeypatch.syspath_prepend(str(PROJECT / "scripts"))
+    import diag_floor
+
+    assert diag_floor.wrong_card("NVIDIA H100 80GB HBM3", "H200") == (
+        "diag_floor: the GPU here is NVIDIA H100 80GB HBM3, not H200: nothing measured"
+    )
+    assert diag_floor.wrong_card("NVIDIA H200", "h200") is None
+    assert diag_floor.wrong_card("NVIDIA H100 80GB HBM3", "") is None
+    assert diag_floor.parse_args(["--only-on", "H200"]).only_on == "H200"
+
+
 def test_the_floor_without_a_gpu_says_so_in_one_line() -> None:
     """scripts/diag_floor.py on a machine without a CUDA device: one line saying so (and what runs without one),
     exit 2, no traceback."""
